@@ -1,0 +1,135 @@
+"""Kestrel's lazy layer: trace once, compile per bucket, cache XLA executables.
+
+Operations on :class:`LazyTensor` values record nodes of a small IR; a :class:`Builder` turns a
+trace into a :class:`Graph` (or a :class:`Program` with host steps between compiled segments);
+:func:`compile` lowers it to a backend per batch-size bucket through an executable cache.
+"""
+
+from __future__ import annotations
+
+from .backends import Backend, get_backend
+from .buckets import Buckets
+from .cache import CacheKey, ExecutableCache
+from .digest import IR_VERSION, graph_digest
+from .dtypes import DTypePolicy
+from .errors import (
+    BackendError,
+    ConcretizationError,
+    GraphError,
+    InputError,
+    LazyError,
+    RowMixingError,
+    ShapeError,
+)
+from .executor import CompiledGraph, CompiledProgram, Options, ParamMode, compile, default_cache
+from .graph import Graph
+from .interpreter import evaluate, run_program
+from .node import Node
+from .ops import SPECS, Op
+from .program import Builder, GraphStage, HostStage, Program
+from .shapes import B
+from .stats import CacheStats, CompileCause, RunStats
+from .tensor import (
+    LazyTensor,
+    argmax,
+    broadcast_to,
+    cast,
+    concat,
+    const,
+    erf,
+    exp,
+    expand_dims,
+    floor,
+    isnan,
+    log,
+    log1p,
+    logsumexp,
+    matmul,
+    max,
+    maximum,
+    min,
+    minimum,
+    reshape,
+    scope,
+    sigmoid,
+    slice_axis,
+    softmax,
+    sqrt,
+    sum,
+    take,
+    take_along,
+    tanh,
+    transpose,
+    where,
+)
+from .verify import verify
+
+__all__ = [
+    "IR_VERSION",
+    "SPECS",
+    "B",
+    "Backend",
+    "BackendError",
+    "Buckets",
+    "Builder",
+    "CacheKey",
+    "CacheStats",
+    "CompileCause",
+    "CompiledGraph",
+    "CompiledProgram",
+    "ConcretizationError",
+    "DTypePolicy",
+    "ExecutableCache",
+    "Graph",
+    "GraphError",
+    "GraphStage",
+    "HostStage",
+    "InputError",
+    "LazyError",
+    "LazyTensor",
+    "Node",
+    "Op",
+    "Options",
+    "ParamMode",
+    "Program",
+    "RowMixingError",
+    "RunStats",
+    "ShapeError",
+    "argmax",
+    "broadcast_to",
+    "cast",
+    "compile",
+    "concat",
+    "const",
+    "default_cache",
+    "erf",
+    "evaluate",
+    "exp",
+    "expand_dims",
+    "floor",
+    "get_backend",
+    "graph_digest",
+    "isnan",
+    "log",
+    "log1p",
+    "logsumexp",
+    "matmul",
+    "max",
+    "maximum",
+    "min",
+    "minimum",
+    "reshape",
+    "run_program",
+    "scope",
+    "sigmoid",
+    "slice_axis",
+    "softmax",
+    "sqrt",
+    "sum",
+    "take",
+    "take_along",
+    "tanh",
+    "transpose",
+    "verify",
+    "where",
+]

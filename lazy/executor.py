@@ -1,0 +1,267 @@
+"""Running graphs and programs: buckets, padding, chunking, the cache, warm-up.
+
+``CompiledGraph`` is the per-model hot path: validate the inputs, pad to the bucket, dispatch the
+cached executable, slice the outputs. After :meth:`CompiledGraph.warmup` every bucket is compiled,
+so serving runs with zero compiles; a compile after that is recorded with cause ``after_ready``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .backends import Backend, Executable, get_backend
+from .buckets import Buckets, pad_rows
+from .cache import CacheKey, ExecutableCache
+from .dtypes import DTypePolicy
+from .errors import InputError
+from .graph import Graph
+from .passes import inline_params, optimize
+from .program import GraphStage, HostStage, Program
+from .shapes import concrete
+from .stats import CompileCause, RunStats
+from .verify import verify
+
+_DEFAULT_CACHE: ExecutableCache | None = None
+_DEFAULT_CACHE_LOCK = threading.Lock()
+
+
+def default_cache() -> ExecutableCache:
+    """The process-wide in-memory cache used when none is passed."""
+    global _DEFAULT_CACHE
+    with _DEFAULT_CACHE_LOCK:
+        if _DEFAULT_CACHE is None:
+            _DEFAULT_CACHE = ExecutableCache()
+        return _DEFAULT_CACHE
+
+
+@dataclass(frozen=True)
+class ParamMode:
+    """Parameters are executable arguments; those of at most ``inline_max_elements`` elements are
+    baked into the code as constants instead (0: none)."""
+
+    inline_max_elements: int = 0
+
+    @property
+    def label(self) -> str:
+        return "args" if self.inline_max_elements <= 0 else f"inline<={self.inline_max_elements}"
+
+
+@dataclass(frozen=True)
+class Options:
+    backend: str | Backend = "jax"
+    max_batch: int = 1024
+    dtype_policy: DTypePolicy = DTypePolicy.X32
+    param_mode: ParamMode = ParamMode()
+    optimize: bool = True
+
+
+class CompiledGraph:
+    """A verified graph bound to a backend, with one executable per bucket."""
+
+    def __init__(
+        self, graph: Graph, options: Options = Options(), cache: ExecutableCache | None = None
+    ) -> None:
+        self.source = graph
+        self.options = options
+        self.backend = (
+            get_backend(options.backend) if isinstance(options.backend, str) else options.backend
+        )
+        if options.optimize:
+            graph = optimize(graph)
+        graph = verify(inline_params(graph, options.param_mode.inline_max_elements))
+        self.graph = graph
+        self.cache = cache if cache is not None else default_cache()
+        self.buckets = Buckets(options.max_batch)
+        self.stats = RunStats()
+        self.compiles: Counter[str] = Counter()
+        self.ready = False
+        policy = options.dtype_policy
+        self._policy = policy
+        self._inputs = [
+            (n.attr("name"), n.shape[1:], np.dtype(policy.lower(n.dtype))) for n in graph.inputs
+        ]
+        self._outputs = graph.output_names
+        self._params = self.backend.prepare_params(graph.param_values(), policy)
+        self._fingerprint = self.backend.fingerprint()
+        self._exes: list[Executable | None] = [None] * len(self.buckets)
+
+    # -- compilation -------------------------------------------------------------------------
+    def key(self, bucket: int) -> CacheKey:
+        return CacheKey(
+            self.graph.digest,
+            bucket,
+            self._policy.value,
+            self.options.param_mode.label,
+            self._fingerprint,
+        )
+
+    def _executable(self, index: int, cause: CompileCause) -> Executable:
+        bucket = self.buckets.sizes[index]
+        if self.ready and cause is CompileCause.ON_DEMAND:
+            cause = CompileCause.AFTER_READY
+        key = self.key(bucket)
+        known = key in self.cache
+        exe = self.cache.get(
+            key, self.backend, lambda: self.backend.compile(self.graph, bucket, self._policy), cause
+        )
+        if not known:
+            self.compiles[cause.value] += 1
+        self._exes[index] = exe
+        return exe
+
+    def warmup(self) -> None:
+        """Compile (or load) and run every bucket once; then the graph is ready."""
+        for index, bucket in enumerate(self.buckets.sizes):
+            exe = self._executable(index, CompileCause.WARMUP)
+            dummy = [np.zeros((bucket, *shape), dtype) for _, shape, dtype in self._inputs]
+            exe(dummy, self._params)
+        self.ready = True
+
+    # -- running -----------------------------------------------------------------------------
+    def __call__(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        arrays, rows = self._validate(inputs)
+        self.stats.calls += 1
+        self.stats.rows += rows
+        if rows == 0:
+            return self._empty()
+        if rows <= self.buckets.max_batch:
+            outs = self._run(arrays, rows)
+        else:
+            parts = [
+                self._run([a[i:j] for a in arrays], j - i) for i, j in self.buckets.chunks(rows)
+            ]
+            outs = [np.concatenate(p, axis=0) for p in zip(*parts, strict=True)]
+        return dict(zip(self._outputs, outs, strict=True))
+
+    def _run(self, arrays: list[np.ndarray], rows: int) -> list[np.ndarray]:
+        index = self.buckets.index(rows)
+        bucket = self.buckets.sizes[index]
+        self.stats.chunks += 1
+        exe = self._exes[index] or self._executable(index, CompileCause.ON_DEMAND)
+        if bucket == rows:
+            return exe(arrays, self._params)
+        self.stats.padded_rows += bucket - rows
+        outs = exe([pad_rows(a, bucket) for a in arrays], self._params)
+        return [o[:rows] for o in outs]
+
+    def _validate(self, inputs: Mapping[str, Any]) -> tuple[list[np.ndarray], int]:
+        arrays = []
+        rows = -1
+        for name, shape, dtype in self._inputs:
+            try:
+                value = inputs[name]
+            except KeyError:
+                raise InputError(f"missing input {name!r}; expected {self.input_names}") from None
+            array = np.asarray(value, dtype=dtype)
+            if array.shape[1:] != shape or array.ndim != len(shape) + 1:
+                raise InputError(
+                    f"input {name!r} must have shape (rows, {', '.join(map(str, shape))}), "
+                    f"got {array.shape}"
+                )
+            if rows < 0:
+                rows = array.shape[0]
+            elif array.shape[0] != rows:
+                raise InputError(f"input {name!r} has {array.shape[0]} rows, others have {rows}")
+            arrays.append(array)
+        return arrays, max(rows, 0)
+
+    def _empty(self) -> dict[str, np.ndarray]:
+        return {
+            name: np.empty(concrete(node.shape, 0), self._policy.lower(node.dtype))
+            for name, node in self.graph.outputs
+        }
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _, _ in self._inputs)
+
+    @property
+    def executables(self) -> int:
+        """How many buckets have an executable bound."""
+        return sum(e is not None for e in self._exes)
+
+
+class CompiledProgram:
+    """Graph segments and host steps run in order over an environment of named arrays."""
+
+    def __init__(
+        self, program: Program, options: Options = Options(), cache: ExecutableCache | None = None
+    ) -> None:
+        self.program = program
+        self.stages: list[CompiledGraph | HostStage] = [
+            CompiledGraph(s.graph, options, cache) if isinstance(s, GraphStage) else s
+            for s in program.stages
+        ]
+
+    @property
+    def graphs(self) -> list[CompiledGraph]:
+        return [s for s in self.stages if isinstance(s, CompiledGraph)]
+
+    @property
+    def ready(self) -> bool:
+        return all(g.ready for g in self.graphs)
+
+    def warmup(self) -> None:
+        for g in self.graphs:
+            g.warmup()
+
+    def __call__(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        return run_stages(self.program, self.stages, inputs)
+
+
+GraphRunner = Callable[[Mapping[str, Any]], Mapping[str, np.ndarray]]
+
+
+def run_stages(
+    program: Program, stages: Sequence[GraphRunner | HostStage], inputs: Mapping[str, Any]
+) -> dict[str, np.ndarray]:
+    """Run a program: each graph stage by its runner, each host stage on numpy arrays."""
+    env: dict[str, Any] = {name: inputs[name] for name in program.input_names if name in inputs}
+    missing = [n for n in program.input_names if n not in env]
+    if missing:
+        raise InputError(f"missing inputs {missing}; expected {list(program.input_names)}")
+    rows = len(np.asarray(env[program.input_names[0]])) if program.input_names else 0
+    for stage in stages:
+        if isinstance(stage, HostStage):
+            results = stage.fn(*(np.asarray(env[name]) for name in stage.inputs))
+            results = results if isinstance(results, (tuple, list)) else (results,)
+            if len(results) != len(stage.outputs):
+                raise InputError(
+                    f"host step {stage.name!r} returned {len(results)} values, "
+                    f"declared {len(stage.outputs)}"
+                )
+            for (name, t), value in zip(stage.outputs, results, strict=True):
+                array = np.asarray(value, dtype=t.dtype)
+                if array.shape != concrete(t.shape, rows):
+                    raise InputError(
+                        f"host step {stage.name!r} returned shape {array.shape} for {name!r}, "
+                        f"declared {concrete(t.shape, rows)}"
+                    )
+                env[name] = array
+        else:
+            env.update(stage(env))
+    return {name: env[ref] for name, ref in program.outputs}
+
+
+def compile(
+    program: Program | Graph,
+    options: Options = Options(),
+    cache: ExecutableCache | None = None,
+    *,
+    warmup: bool = True,
+) -> CompiledProgram:
+    """Compile a program (or a single graph) for ``options.backend``; warm every bucket."""
+    if isinstance(program, Graph):
+        program = Program(
+            program.inputs, (GraphStage(program),), tuple((n, n) for n in program.output_names)
+        )
+    compiled = CompiledProgram(program, options, cache)
+    if warmup:
+        compiled.warmup()
+    return compiled

@@ -1,0 +1,419 @@
+"""The op set of the IR: one enum, one table of specs.
+
+Each :class:`OpSpec` says how many operands an op takes, which attributes it carries, and how the
+result's shape and dtype follow from its operands (raising :class:`ShapeError` or
+:class:`RowMixingError` for what the op does not accept). The same rule runs when a node is built
+and when :func:`lazy.verify.verify` re-checks a whole graph, so the two can never disagree.
+
+There is no control flow, and the batch dimension stays on axis 0 of every batched value.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from . import dtypes as dt
+from .errors import RowMixingError, ShapeError
+from .shapes import B, Shape, broadcast, is_batched, normalize, normalize_axis, static_size
+
+
+class Op(enum.Enum):
+    # leaves
+    INPUT = "input"
+    PARAM = "param"
+    CONST = "const"
+    # elementwise, one operand
+    NEG = "neg"
+    ABS = "abs"
+    EXP = "exp"
+    LOG = "log"
+    LOG1P = "log1p"
+    SQRT = "sqrt"
+    TANH = "tanh"
+    SIGMOID = "sigmoid"
+    ERF = "erf"
+    FLOOR = "floor"
+    ISNAN = "isnan"
+    NOT = "not"
+    # elementwise, two operands
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"
+    POW = "pow"
+    MAXIMUM = "maximum"
+    MINIMUM = "minimum"
+    EQ = "eq"
+    NE = "ne"
+    LT = "lt"
+    LE = "le"
+    GT = "gt"
+    GE = "ge"
+    AND = "and"
+    OR = "or"
+    XOR = "xor"
+    # elementwise, other
+    WHERE = "where"
+    CAST = "cast"
+    # contraction and gathers
+    MATMUL = "matmul"
+    TAKE = "take"
+    TAKE_ALONG = "take_along"
+    # reductions over non-batch axes
+    SUM = "sum"
+    MAX = "max"
+    MIN = "min"
+    ARGMAX = "argmax"
+    LOGSUMEXP = "logsumexp"
+    SOFTMAX = "softmax"
+    # layout
+    CONCAT = "concat"
+    SLICE = "slice"
+    RESHAPE = "reshape"
+    BROADCAST = "broadcast"
+    TRANSPOSE = "transpose"
+
+
+class TensorType(NamedTuple):
+    shape: Shape
+    dtype: str
+
+
+class ConstValue:
+    """An immutable array baked into a graph; equal and hashed by dtype, shape and bytes."""
+
+    __slots__ = ("_key", "array")
+
+    def __init__(self, value: Any) -> None:
+        array = np.array(value, copy=True)
+        array = array.astype(dt.canonical(array.dtype), copy=False)
+        array.flags.writeable = False
+        self.array = array
+        self._key = (array.dtype.name, array.shape, array.tobytes())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ConstValue) and self._key == other._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __repr__(self) -> str:
+        if self.array.size <= 8:
+            return f"const({self.array.tolist()!r}, {self.array.dtype.name})"
+        return f"const(<{self.array.dtype.name}{list(self.array.shape)}>)"
+
+
+Attrs = Mapping[str, Any]
+InferRule = Callable[[Sequence[TensorType], Attrs], TensorType]
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    op: Op
+    arity: int | None  # None: variadic (at least one operand)
+    attrs: tuple[str, ...]
+    infer: InferRule
+    kind: str
+
+    def check_arity(self, n: int) -> None:
+        if self.arity is None and n < 1:
+            raise ShapeError(f"{self.op.name} takes at least one operand")
+        if self.arity is not None and n != self.arity:
+            raise ShapeError(f"{self.op.name} takes {self.arity} operand(s), got {n}")
+
+
+# --- dtype checks -------------------------------------------------------------------------------
+
+
+def _require(op: Op, dtype: str, allowed: frozenset[str], what: str) -> None:
+    if dtype not in allowed:
+        raise ShapeError(f"{op.name} needs {what} operands, got {dtype}")
+
+
+def _same_dtype(op: Op, types: Sequence[TensorType]) -> str:
+    kinds = {t.dtype for t in types}
+    if len(kinds) != 1:
+        raise ShapeError(
+            f"{op.name} needs operands of one dtype, got {[t.dtype for t in types]}; "
+            "insert an explicit cast"
+        )
+    return kinds.pop()
+
+
+# --- rules --------------------------------------------------------------------------------------
+
+
+def _leaf(_: Sequence[TensorType], attrs: Attrs) -> TensorType:
+    return TensorType(normalize(attrs["shape"]), dt.canonical(attrs["dtype"]))
+
+
+def _param(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
+    result = _leaf(types, attrs)
+    if is_batched(result.shape):
+        raise ShapeError(f"parameter {attrs['name']!r} cannot have a batch dimension")
+    return result
+
+
+def _const(_: Sequence[TensorType], attrs: Attrs) -> TensorType:
+    array = attrs["value"].array
+    return TensorType(tuple(array.shape), array.dtype.name)
+
+
+def _unary(allowed: frozenset[str], what: str, result: str | None = None) -> Callable[..., Any]:
+    def rule(op: Op) -> InferRule:
+        def infer(types: Sequence[TensorType], _: Attrs) -> TensorType:
+            (x,) = types
+            _require(op, x.dtype, allowed, what)
+            return TensorType(x.shape, result or x.dtype)
+
+        return infer
+
+    return rule
+
+
+def _binary(allowed: frozenset[str], what: str, result: str | None = None) -> Callable[..., Any]:
+    def rule(op: Op) -> InferRule:
+        def infer(types: Sequence[TensorType], _: Attrs) -> TensorType:
+            dtype = _same_dtype(op, types)
+            _require(op, dtype, allowed, what)
+            return TensorType(broadcast(*(t.shape for t in types)), result or dtype)
+
+        return infer
+
+    return rule
+
+
+_ANY = frozenset(dt.SUPPORTED)
+_LOGICAL = dt.INTS | {"bool"}
+_float_unary = _unary(dt.FLOATS, "floating-point")
+_numeric_unary = _unary(dt.NUMERIC, "numeric")
+_numeric_binary = _binary(dt.NUMERIC, "numeric")
+_float_binary = _binary(dt.FLOATS, "floating-point")
+_compare = _binary(dt.NUMERIC, "numeric", result="bool")
+_equality = _binary(_ANY, "any", result="bool")
+_logical = _binary(_LOGICAL, "boolean or integer")
+
+
+def _where(types: Sequence[TensorType], _: Attrs) -> TensorType:
+    cond, a, b = types
+    if cond.dtype != "bool":
+        raise ShapeError(f"WHERE needs a bool condition, got {cond.dtype}")
+    dtype = _same_dtype(Op.WHERE, (a, b))
+    return TensorType(broadcast(cond.shape, a.shape, b.shape), dtype)
+
+
+def _cast(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
+    (x,) = types
+    return TensorType(x.shape, dt.canonical(attrs["dtype"]))
+
+
+def _matmul(types: Sequence[TensorType], _: Attrs) -> TensorType:
+    a, b = types
+    dtype = _same_dtype(Op.MATMUL, types)
+    _require(Op.MATMUL, dtype, dt.FLOATS, "floating-point")
+    if len(a.shape) < 2 or len(b.shape) < 2:
+        raise ShapeError(f"MATMUL needs operands of rank >= 2, got {a.shape} @ {b.shape}")
+    (n, k), (k2, m) = a.shape[-2:], b.shape[-2:]
+    if k2 is B or m is B:
+        raise RowMixingError(f"MATMUL {a.shape} @ {b.shape} contracts over the batch dimension")
+    if k != k2:
+        raise ShapeError(f"MATMUL inner dimensions differ: {a.shape} @ {b.shape}")
+    lead = broadcast(a.shape[:-2], b.shape[:-2]) if (a.shape[:-2] or b.shape[:-2]) else ()
+    if n is B and lead:
+        raise ShapeError(f"MATMUL {a.shape} @ {b.shape} would move the batch dimension off axis 0")
+    return TensorType((*lead, n, m), dtype)
+
+
+def _take(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
+    data, idx = types
+    _require(Op.TAKE, idx.dtype, dt.INDEX, "int32/int64 index")
+    axis = normalize_axis(attrs["axis"], len(data.shape))
+    if is_batched(data.shape) and axis == 0:
+        raise RowMixingError("TAKE along axis 0 of a batched tensor gathers across rows")
+    if is_batched(data.shape) and is_batched(idx.shape):
+        raise ShapeError("TAKE with batched data and batched indices: use TAKE_ALONG")
+    if is_batched(idx.shape) and axis != 0:
+        raise ShapeError("TAKE with batched indices must index axis 0 of an unbatched table")
+    return TensorType((*data.shape[:axis], *idx.shape, *data.shape[axis + 1 :]), data.dtype)
+
+
+def _take_along(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
+    data, idx = types
+    _require(Op.TAKE_ALONG, idx.dtype, dt.INDEX, "int32/int64 index")
+    if len(data.shape) != len(idx.shape):
+        raise ShapeError(f"TAKE_ALONG needs equal ranks, got {data.shape} and {idx.shape}")
+    axis = normalize_axis(attrs["axis"], len(data.shape))
+    if is_batched(data.shape) and axis == 0:
+        raise RowMixingError("TAKE_ALONG axis 0 of a batched tensor gathers across rows")
+    others = broadcast(
+        tuple(1 if i == axis else d for i, d in enumerate(data.shape)),
+        tuple(1 if i == axis else d for i, d in enumerate(idx.shape)),
+    )
+    shape = tuple(idx.shape[axis] if i == axis else d for i, d in enumerate(others))
+    return TensorType(shape, data.dtype)
+
+
+def _axes(attrs: Attrs, x: TensorType, op: Op) -> tuple[int, ...]:
+    axes = tuple(sorted({normalize_axis(a, len(x.shape)) for a in attrs["axes"]}))
+    if is_batched(x.shape) and 0 in axes:
+        raise RowMixingError(f"{op.name} over axis 0 of a batched tensor combines rows")
+    return axes
+
+
+def _reduction(allowed: frozenset[str], what: str) -> Callable[[Op], InferRule]:
+    def rule(op: Op) -> InferRule:
+        def infer(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
+            (x,) = types
+            _require(op, x.dtype, allowed, what)
+            axes = _axes(attrs, x, op)
+            if attrs["keepdims"]:
+                shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+            else:
+                shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+            return TensorType(shape, x.dtype)
+
+        return infer
+
+    return rule
+
+
+def _one_axis(x: TensorType, attrs: Attrs, op: Op) -> int:
+    axis = normalize_axis(attrs["axis"], len(x.shape))
+    if is_batched(x.shape) and axis == 0:
+        raise RowMixingError(f"{op.name} over axis 0 of a batched tensor combines rows")
+    return axis
+
+
+def _argmax(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
+    (x,) = types
+    _require(Op.ARGMAX, x.dtype, dt.NUMERIC, "numeric")
+    axis = _one_axis(x, attrs, Op.ARGMAX)
+    return TensorType(tuple(d for i, d in enumerate(x.shape) if i != axis), "int32")
+
+
+def _softmax(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
+    (x,) = types
+    _require(Op.SOFTMAX, x.dtype, dt.FLOATS, "floating-point")
+    _one_axis(x, attrs, Op.SOFTMAX)
+    return x
+
+
+def _concat(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
+    dtype = _same_dtype(Op.CONCAT, types)
+    first = types[0].shape
+    axis = normalize_axis(attrs["axis"], len(first))
+    for t in types:
+        if len(t.shape) != len(first) or any(
+            i != axis and d != first[i] for i, d in enumerate(t.shape)
+        ):
+            raise ShapeError(
+                f"CONCAT along axis {axis} of mismatched shapes {[t.shape for t in types]}"
+            )
+    if axis == 0 and is_batched(first):
+        raise RowMixingError("CONCAT along axis 0 of batched tensors combines rows")
+    return TensorType(
+        tuple(sum(t.shape[axis] for t in types) if i == axis else d for i, d in enumerate(first)),
+        dtype,
+    )
+
+
+def _slice(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
+    (x,) = types
+    axis = normalize_axis(attrs["axis"], len(x.shape))
+    if is_batched(x.shape) and axis == 0:
+        raise RowMixingError("SLICE along axis 0 of a batched tensor selects rows")
+    start, stop, step = attrs["start"], attrs["stop"], attrs["step"]
+    if step < 1:
+        raise ShapeError(f"SLICE needs a positive step, got {step}")
+    size = len(range(*slice(start, stop, step).indices(x.shape[axis])))
+    return TensorType(tuple(size if i == axis else d for i, d in enumerate(x.shape)), x.dtype)
+
+
+def _reshape(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
+    (x,) = types
+    shape = normalize(attrs["shape"])
+    if is_batched(x.shape) != is_batched(shape):
+        raise RowMixingError(
+            f"RESHAPE {x.shape} -> {shape} must keep the batch dimension on axis 0"
+        )
+    if static_size(x.shape) != static_size(shape):
+        raise ShapeError(f"RESHAPE {x.shape} -> {shape} changes the number of elements")
+    return TensorType(shape, x.dtype)
+
+
+def _broadcast(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
+    (x,) = types
+    shape = normalize(attrs["shape"])
+    if is_batched(x.shape) and len(x.shape) != len(shape):
+        raise ShapeError(f"BROADCAST of batched {x.shape} to {shape} must keep its rank")
+    if len(x.shape) > len(shape) or broadcast(x.shape, shape) != shape:
+        raise ShapeError(f"cannot BROADCAST {x.shape} to {shape}")
+    return TensorType(shape, x.dtype)
+
+
+def _transpose(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
+    (x,) = types
+    perm = tuple(attrs["perm"])
+    if sorted(perm) != list(range(len(x.shape))):
+        raise ShapeError(f"TRANSPOSE perm {perm} is not a permutation of rank {len(x.shape)}")
+    if is_batched(x.shape) and perm[0] != 0:
+        raise RowMixingError(f"TRANSPOSE {perm} moves the batch dimension off axis 0")
+    return TensorType(tuple(x.shape[p] for p in perm), x.dtype)
+
+
+def _build_table() -> dict[Op, OpSpec]:
+    table: dict[Op, OpSpec] = {}
+
+    def add(op: Op, arity: int | None, attrs: tuple[str, ...], infer: InferRule, kind: str):
+        table[op] = OpSpec(op, arity, attrs, infer, kind)
+
+    add(Op.INPUT, 0, ("name", "shape", "dtype"), _leaf, "leaf")
+    add(Op.PARAM, 0, ("name", "shape", "dtype"), _param, "leaf")
+    add(Op.CONST, 0, ("value",), _const, "leaf")
+    for op in (Op.EXP, Op.LOG, Op.LOG1P, Op.SQRT, Op.TANH, Op.SIGMOID, Op.ERF, Op.FLOOR):
+        add(op, 1, (), _float_unary(op), "unary")
+    for op in (Op.NEG, Op.ABS):
+        add(op, 1, (), _numeric_unary(op), "unary")
+    add(Op.ISNAN, 1, (), _unary(dt.FLOATS, "floating-point", result="bool")(Op.ISNAN), "unary")
+    add(Op.NOT, 1, (), _unary(_LOGICAL, "boolean or integer")(Op.NOT), "unary")
+    for op in (Op.ADD, Op.SUB, Op.MUL, Op.MAXIMUM, Op.MINIMUM):
+        add(op, 2, (), _numeric_binary(op), "binary")
+    for op in (Op.DIV, Op.POW):
+        add(op, 2, (), _float_binary(op), "binary")
+    for op in (Op.LT, Op.LE, Op.GT, Op.GE):
+        add(op, 2, (), _compare(op), "compare")
+    for op in (Op.EQ, Op.NE):
+        add(op, 2, (), _equality(op), "compare")
+    for op in (Op.AND, Op.OR, Op.XOR):
+        add(op, 2, (), _logical(op), "logical")
+    add(Op.WHERE, 3, (), _where, "select")
+    add(Op.CAST, 1, ("dtype",), _cast, "unary")
+    add(Op.MATMUL, 2, (), _matmul, "contraction")
+    add(Op.TAKE, 2, ("axis",), _take, "gather")
+    add(Op.TAKE_ALONG, 2, ("axis",), _take_along, "gather")
+    for op in (Op.SUM, Op.MAX, Op.MIN):
+        add(op, 1, ("axes", "keepdims"), _reduction(dt.NUMERIC, "numeric")(op), "reduction")
+    add(
+        Op.LOGSUMEXP,
+        1,
+        ("axes", "keepdims"),
+        _reduction(dt.FLOATS, "float")(Op.LOGSUMEXP),
+        "reduction",
+    )
+    add(Op.ARGMAX, 1, ("axis",), _argmax, "reduction")
+    add(Op.SOFTMAX, 1, ("axis",), _softmax, "reduction")
+    add(Op.CONCAT, None, ("axis",), _concat, "layout")
+    add(Op.SLICE, 1, ("axis", "start", "stop", "step"), _slice, "layout")
+    add(Op.RESHAPE, 1, ("shape",), _reshape, "layout")
+    add(Op.BROADCAST, 1, ("shape",), _broadcast, "layout")
+    add(Op.TRANSPOSE, 1, ("perm",), _transpose, "layout")
+    return table
+
+
+SPECS: dict[Op, OpSpec] = _build_table()
+ELEMENTWISE_KINDS = frozenset({"unary", "binary", "compare", "logical", "select"})

@@ -1,0 +1,59 @@
+"""Graph passes: dead heads, casts, constant and affine folding, parameter inlining.
+
+Dead code never survives a graph: :attr:`Graph.order` only holds what the outputs need, so dropping
+unused heads (:func:`prune`) is dead-code elimination.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..errors import GraphError
+from ..graph import Graph
+from ..node import Node
+from ..ops import ConstValue, Op
+from .rewrite import Pattern, RewriteContext, Rule, rewrite
+from .rules import AFFINE_MATMUL, CAST_CHAIN, DEFAULT_RULES, FOLD_CONSTANTS, IDENTITY_CAST
+
+
+def prune(graph: Graph, keep: Sequence[str]) -> Graph:
+    """Keep only the named outputs (the rest of their subgraphs disappears with them)."""
+    unknown = set(keep) - set(graph.output_names)
+    if unknown:
+        raise GraphError(f"unknown outputs {sorted(unknown)}; graph has {graph.output_names}")
+    return graph.replace(outputs=[(k, n) for k, n in graph.outputs if k in keep])
+
+
+def optimize(graph: Graph, rules: Sequence[Rule] = DEFAULT_RULES) -> Graph:
+    return rewrite(graph, rules)[0]
+
+
+def inline_params(graph: Graph, max_elements: int) -> Graph:
+    """Bake parameters of at most ``max_elements`` elements into the graph as constants."""
+    if max_elements <= 0:
+        return graph
+
+    def small(node: Node, ctx: RewriteContext) -> bool:
+        return int(ctx.params[node.attr("name")].size) <= max_elements
+
+    rule = Rule(
+        "inline-param",
+        Pattern(Op.PARAM, where=small, bind="p"),
+        lambda b, ctx: Node.make(Op.CONST, value=ConstValue(ctx.params[b["p"].attr("name")])),
+    )
+    return rewrite(graph, [rule])[0]
+
+
+__all__ = [
+    "AFFINE_MATMUL",
+    "CAST_CHAIN",
+    "DEFAULT_RULES",
+    "FOLD_CONSTANTS",
+    "IDENTITY_CAST",
+    "Pattern",
+    "Rule",
+    "inline_params",
+    "optimize",
+    "prune",
+    "rewrite",
+]

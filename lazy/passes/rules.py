@@ -1,0 +1,137 @@
+"""The rewrite rules, as data. Each has before/after tests in tests/lazy/passes/."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..node import Node, is_leaf
+from ..ops import Op
+from .rewrite import Pattern, RewriteContext, Rule
+
+# --- casts --------------------------------------------------------------------------------------
+
+#: dtype → dtypes that represent every one of its values exactly.
+_LOSSLESS: dict[str, frozenset[str]] = {
+    "bool": frozenset({"int32", "int64", "uint32", "uint64", "float32", "float64"}),
+    "int32": frozenset({"int64", "float64"}),
+    "uint32": frozenset({"int64", "uint64", "float64"}),
+    "float32": frozenset({"float64"}),
+    "int64": frozenset(),
+    "uint64": frozenset(),
+    "float64": frozenset(),
+}
+
+
+def _identity_cast(b: dict[str, Node], ctx: RewriteContext) -> Node | None:
+    cast, x = b["cast"], b["x"]
+    return x if cast.dtype == x.dtype else None
+
+
+def _cast_chain(b: dict[str, Node], ctx: RewriteContext) -> Node | None:
+    outer, inner, x = b["outer"], b["inner"], b["x"]
+    if inner.dtype not in _LOSSLESS[x.dtype]:
+        return None  # the inner cast rounds or truncates: it is part of the meaning
+    return x if outer.dtype == x.dtype else Node.make(Op.CAST, [x], dtype=outer.dtype)
+
+
+IDENTITY_CAST = Rule(
+    "identity-cast", Pattern(Op.CAST, (Pattern(bind="x"),), bind="cast"), _identity_cast
+)
+CAST_CHAIN = Rule(
+    "cast-chain",
+    Pattern(Op.CAST, (Pattern(Op.CAST, (Pattern(bind="x"),), bind="inner"),), bind="outer"),
+    _cast_chain,
+)
+
+# --- constant folding ---------------------------------------------------------------------------
+
+
+def _foldable(node: Node, ctx: RewriteContext) -> bool:
+    return not is_leaf(node) and ctx.param_only(node)
+
+
+def _fold(b: dict[str, Node], ctx: RewriteContext) -> Node | None:
+    node = b["node"]
+    value = ctx.value(node)
+    return ctx.new_param(value, node, "folded", [node])
+
+
+FOLD_CONSTANTS = Rule("fold-constants", Pattern(where=_foldable, bind="node"), _fold)
+
+# --- affine folding -----------------------------------------------------------------------------
+
+_AFFINE_OPS = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV})
+
+
+def _row_vector(node: Node, ctx: RewriteContext, k: int) -> bool:
+    """A parameter-only value that broadcasts along the last axis of a (B, k) operand."""
+    return ctx.param_only(node) and node.shape in ((), (k,), (1, k))
+
+
+def _peel_affine(
+    lhs: Node, ctx: RewriteContext
+) -> tuple[Node, np.ndarray, np.ndarray, list[Node]] | None:
+    """Write ``lhs`` as ``u * a + c`` with row vectors a, c; None if it is not affine in u."""
+    k = lhs.shape[-1]
+    a, c = np.ones(k), np.zeros(k)
+    sources: list[Node] = []
+    u = lhs
+    while u.op in _AFFINE_OPS:
+        x, y = u.inputs
+        if x.batched and _row_vector(y, ctx, k) and x.shape == u.shape:
+            v, p, p_first = x, y, False
+        elif (
+            y.batched
+            and _row_vector(x, ctx, k)
+            and y.shape == u.shape
+            and u.op in (Op.ADD, Op.SUB, Op.MUL)
+        ):
+            v, p, p_first = y, x, True
+        else:
+            break
+        pv = np.broadcast_to(ctx.value(p).astype(np.float64).reshape(-1), (k,))
+        if u.op is Op.ADD:
+            c = c + a * pv
+        elif u.op is Op.SUB and not p_first:
+            c = c - a * pv
+        elif u.op is Op.SUB:
+            c, a = c + a * pv, -a
+        elif u.op is Op.MUL:
+            a = a * pv
+        else:  # DIV by a vector
+            a = a / pv
+        sources.append(p)
+        u = v
+    return None if u is lhs else (u, a, c, sources)
+
+
+def _is_affine_matmul(node: Node, ctx: RewriteContext) -> bool:
+    lhs, w = node.inputs
+    return (
+        len(lhs.shape) == 2
+        and lhs.batched
+        and len(w.shape) == 2
+        and ctx.param_only(w)
+        and lhs.op in _AFFINE_OPS
+    )
+
+
+def _affine_matmul(b: dict[str, Node], ctx: RewriteContext) -> Node | None:
+    node = b["mm"]
+    lhs, w = node.inputs
+    peeled = _peel_affine(lhs, ctx)
+    if peeled is None:
+        return None
+    u, a, c, sources = peeled
+    wv = ctx.value(w).astype(np.float64)
+    weight = ctx.new_param(a[:, None] * wv, w, "affine.w", [w, *sources])
+    bias = ctx.new_param(c @ wv, w, "affine.b", [w, *sources])
+    return Node.make(Op.ADD, [Node.make(Op.MATMUL, [u, weight]), bias])
+
+
+AFFINE_MATMUL = Rule(
+    "affine-matmul", Pattern(Op.MATMUL, where=_is_affine_matmul, bind="mm"), _affine_matmul
+)
+
+#: The default pipeline: simplify casts, fold parameter-only subgraphs, fold affine maps.
+DEFAULT_RULES: tuple[Rule, ...] = (IDENTITY_CAST, CAST_CHAIN, FOLD_CONSTANTS, AFFINE_MATMUL)

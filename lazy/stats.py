@@ -1,0 +1,53 @@
+"""Counters as plain data. The service exports them; this layer never imports a metrics library."""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections import Counter
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+
+class CompileCause(enum.Enum):
+    WARMUP = "warmup"  # compiling every bucket before a graph is reported ready
+    ON_DEMAND = "on_demand"  # first use of a bucket that was not warmed up
+    AFTER_READY = "after_ready"  # a compile after warm-up: an anomaly the service counts
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    disk_hits: int = 0
+    disk_writes: int = 0
+    disk_errors: int = 0
+    evictions: int = 0
+    compiles: Counter[str] = field(default_factory=Counter)
+    trace_s: float = 0.0
+    lower_s: float = 0.0
+    compile_s: float = 0.0
+    disk_load_s: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def total_compiles(self) -> int:
+        return sum(self.compiles.values())
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "_lock"}
+        data["compiles"] = dict(data["compiles"])
+        data["total_compiles"] = sum(data["compiles"].values())
+        return data
+
+
+@dataclass
+class RunStats:
+    calls: int = 0
+    rows: int = 0
+    padded_rows: int = 0
+    chunks: int = 0
+
+    def snapshot(self) -> dict[str, Any]:
+        return asdict(self)
