@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 run: $(STAMP)
-	$(BIN)/kestrel demo
+	$(BIN)/kestrel demo --cache-dir .kestrel-cache
 
 # Each recipe line must succeed; pytest exit code 5 (no tests collected) fails the target.
 test: $(STAMP)

@@ -54,7 +54,8 @@ def canonical_form(graph: Graph) -> bytes:
             ]
             for node in graph.order
         ],
-        "inputs": [n.attr("name") for n in graph.inputs],
+        # Every input's type: an input the outputs do not use is still an executable argument.
+        "inputs": [[n.attr("name"), _encode(n.shape), n.dtype] for n in graph.inputs],
         "outputs": [[name, index[node]] for name, node in graph.outputs],
     }
     return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()

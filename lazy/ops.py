@@ -314,7 +314,7 @@ def _concat(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
             raise ShapeError(
                 f"CONCAT along axis {axis} of mismatched shapes {[t.shape for t in types]}"
             )
-    if axis == 0 and is_batched(first):
+    if axis == 0 and any(is_batched(t.shape) for t in types):
         raise RowMixingError("CONCAT along axis 0 of batched tensors combines rows")
     return TensorType(
         tuple(sum(t.shape[axis] for t in types) if i == axis else d for i, d in enumerate(first)),

@@ -271,11 +271,22 @@ def _lift(value: Any, like: LazyTensor) -> LazyTensor:
     return const(converted)
 
 
+def _lift_operands(op: Op, operands: Sequence[Any], like: LazyTensor) -> list[LazyTensor]:
+    """:func:`_lift` each operand; an error names the op being built, like :func:`_make`'s."""
+    try:
+        return [_lift(o, like) for o in operands]
+    except ShapeError as exc:
+        step = " / ".join(_scope.get()) or "<no scope>"
+        raise ShapeError(
+            f"{exc} [building {op.name} in {step}; operand from {like.where_built()}]"
+        ) from None
+
+
 def _apply(op: Op, *operands: Any) -> LazyTensor:
     like = next((o for o in operands if isinstance(o, LazyTensor)), None)
     if like is None:
         raise TypeError(f"{op.name} needs at least one lazy operand")
-    return _make(op, [_lift(o, like) for o in operands])
+    return _make(op, _lift_operands(op, operands, like))
 
 
 def _axes(axis: int | Sequence[int]) -> tuple[int, ...]:
@@ -333,7 +344,7 @@ def where(cond: LazyTensor, a: Any, b: Any) -> LazyTensor:
     like = next((o for o in (a, b) if isinstance(o, LazyTensor)), None)
     if like is None:
         raise TypeError("where needs a lazy value for at least one branch")
-    return _make(Op.WHERE, [cond, _lift(a, like), _lift(b, like)])
+    return _make(Op.WHERE, [cond, *_lift_operands(Op.WHERE, (a, b), like)])
 
 
 def cast(x: LazyTensor, dtype: Any) -> LazyTensor:
@@ -411,32 +422,37 @@ def expand_dims(x: LazyTensor, axis: int) -> LazyTensor:
 def _getitem(x: LazyTensor, key: Any) -> LazyTensor:
     """Basic indexing: ints, slices, ``...`` and ``None`` on non-batch axes."""
     key = key if isinstance(key, tuple) else (key,)
-    if sum_ellipsis := [k for k in key if k is Ellipsis]:
-        if len(sum_ellipsis) > 1:
+    # Compare by identity only: ``==`` on a lazy value in the key would record an op.
+    new_axes = len([k for k in key if k is None])
+    if ellipses := [i for i, k in enumerate(key) if k is Ellipsis]:
+        if len(ellipses) > 1:
             raise ShapeError("an index can only have one ellipsis")
-        i = key.index(Ellipsis)
-        fill = x.ndim - (len(key) - 1 - key.count(None))
+        i = ellipses[0]
+        fill = x.ndim - (len(key) - 1 - new_axes)
         key = key[:i] + (slice(None),) * fill + key[i + 1 :]
-    out, axis, drop = x, 0, []
-    new_axes: list[int] = []
+    if len(key) - new_axes > x.ndim:
+        raise ShapeError(f"too many indices {key!r} for a tensor of rank {x.ndim}")
+    out, axis = x, 0
+    shape: list[Any] = []  # the result's shape, built in output order (numpy's rules)
     for k in key:
         if k is None:
-            new_axes.append(axis + len(new_axes))
+            shape.append(1)
             continue
         if isinstance(k, slice):
             if k != slice(None):
                 start, stop, step = k.indices(_static_dim(x, axis))
                 out = slice_axis(out, axis, start, stop, step)
-        elif isinstance(k, (int, np.integer)):
-            i = int(k) % _static_dim(x, axis)
+            shape.append(out.shape[axis])
+        elif isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)):
+            dim = _static_dim(x, axis)
+            if not -dim <= int(k) < dim:
+                raise ShapeError(f"index {int(k)} is out of bounds for axis {axis} of size {dim}")
+            i = int(k) % dim
             out = slice_axis(out, axis, i, i + 1)
-            drop.append(axis)
         else:
             raise ShapeError(f"unsupported index {k!r}; use take() for gathers")
         axis += 1
-    shape: list[Any] = [d for i, d in enumerate(out.shape) if i not in drop]
-    for a in new_axes:
-        shape.insert(a, 1)
+    shape.extend(out.shape[axis:])
     return out if tuple(shape) == out.shape else reshape(out, shape)
 
 

@@ -39,6 +39,22 @@ def _binary(fn: Any) -> Rule:
     return lambda n, a, low: fn(a[0], a[1])
 
 
+def _slice(n: Node, a: list[Any], low: Lowering) -> Any:
+    # The IR's bounds are Python's (clamped, negative from the end); lax.slice wants them in range.
+    x = a[0]
+    axis = n.attr("axis") % x.ndim
+    start, stop, step = slice(n.attr("start"), n.attr("stop"), n.attr("step")).indices(
+        x.shape[axis]
+    )
+    return lax.slice_in_dim(x, start, max(start, stop), step, axis=axis)
+
+
+def _take(data: Any, idx: Any, axis: int) -> Any:
+    # jnp.take has no in-bounds mode; one advanced index at ``axis`` has take's semantics.
+    index = (slice(None),) * (axis % data.ndim) + (idx,)
+    return data.at[index].get(mode=_GATHER, wrap_negative_indices=False)
+
+
 RULES: dict[Op, Rule] = {
     Op.INPUT: lambda n, a, low: low.inputs[n.attr("name")],
     Op.PARAM: lambda n, a, low: low.params[n.attr("name")],
@@ -74,9 +90,9 @@ RULES: dict[Op, Rule] = {
     Op.WHERE: lambda n, a, low: jnp.where(a[0], a[1], a[2]),
     Op.CAST: lambda n, a, low: a[0].astype(low.dtype(n)),
     Op.MATMUL: lambda n, a, low: jnp.matmul(a[0], a[1], precision=_PRECISION),
-    Op.TAKE: lambda n, a, low: jnp.take(a[0], a[1], axis=n.attr("axis"), mode=_GATHER),
+    Op.TAKE: lambda n, a, low: _take(a[0], a[1], n.attr("axis")),
     Op.TAKE_ALONG: lambda n, a, low: jnp.take_along_axis(
-        a[0], a[1], axis=n.attr("axis"), mode=_GATHER
+        a[0], a[1], axis=n.attr("axis"), mode=_GATHER, wrap_negative_indices=False
     ),
     Op.SUM: lambda n, a, low: jnp.sum(
         a[0], axis=n.attr("axes"), keepdims=n.attr("keepdims"), dtype=low.dtype(n)
@@ -89,9 +105,7 @@ RULES: dict[Op, Rule] = {
     Op.ARGMAX: lambda n, a, low: jnp.argmax(a[0], axis=n.attr("axis")).astype(low.dtype(n)),
     Op.SOFTMAX: lambda n, a, low: jax.nn.softmax(a[0], axis=n.attr("axis")),
     Op.CONCAT: lambda n, a, low: jnp.concatenate(a, axis=n.attr("axis")),
-    Op.SLICE: lambda n, a, low: lax.slice_in_dim(
-        a[0], n.attr("start"), n.attr("stop"), n.attr("step"), axis=n.attr("axis")
-    ),
+    Op.SLICE: _slice,
     Op.RESHAPE: lambda n, a, low: jnp.reshape(a[0], low.shape(n)),
     Op.BROADCAST: lambda n, a, low: jnp.broadcast_to(a[0], low.shape(n)),
     Op.TRANSPOSE: lambda n, a, low: jnp.transpose(a[0], n.attr("perm")),
@@ -99,13 +113,22 @@ RULES: dict[Op, Rule] = {
 
 
 class JaxExecutable:
-    """A compiled XLA executable for one bucket; numpy in, numpy out."""
+    """A compiled XLA executable for one bucket; numpy in, numpy out.
+
+    After its first call an AOT ``Compiled`` holds a C++ dispatch function; calling that directly
+    skips a Python frame on every request.
+    """
 
     __slots__ = ("_call", "compiled")
 
     def __init__(self, compiled: Any) -> None:
         self.compiled = compiled
-        self._call = compiled.__call__
+        self._call = self._first_call
+
+    def _first_call(self, *args: Any) -> Any:
+        outs = self.compiled(*args)
+        self._call = getattr(self.compiled, "_call", None) or self.compiled
+        return outs
 
     def __call__(self, inputs: Sequence[np.ndarray], params: Sequence[Any]) -> list[np.ndarray]:
         return [np.asarray(o) for o in self._call(*inputs, *params)]

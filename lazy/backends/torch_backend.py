@@ -42,6 +42,58 @@ def _tdtype(node: Node, low: Lowering) -> torch.dtype:
     return _DTYPES[low.dtype(node)]
 
 
+# torch has few CPU kernels for uint32 / uint64 (no add, compare, max, sum, gather, ...). Unsigned
+# operands are lowered onto signed ones: wrapping arithmetic, bitwise ops and data movement act on
+# the same bits viewed as the signed type of the same width; order-dependent ops act on a signed
+# key of the same order (uint32 widened to int64; uint64 with its top bit flipped).
+_SIGNED = {torch.uint32: torch.int32, torch.uint64: torch.int64}
+_INT64_MIN = -(2**63)
+
+
+def _order_key(t: torch.Tensor) -> torch.Tensor:
+    if t.dtype == torch.uint32:
+        return t.to(torch.int64)
+    if t.dtype == torch.uint64:
+        return t.view(torch.int64) ^ _INT64_MIN
+    return t
+
+
+def _from_order_key(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    if dtype == torch.uint32:
+        return t.to(torch.uint32)
+    return (t ^ _INT64_MIN).view(torch.uint64)
+
+
+def _signed_bits(rule: Rule) -> Rule:
+    """``rule`` on unsigned operands viewed as signed; an unsigned result is viewed back."""
+
+    def lowered(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
+        if not any(t.dtype in _SIGNED for t in a):
+            return rule(n, a, low)
+        out = rule(n, [t.view(_SIGNED[t.dtype]) if t.dtype in _SIGNED else t for t in a], low)
+        want = _tdtype(n, low)
+        return out.view(want) if want in _SIGNED else out
+
+    return lowered
+
+
+def _signed_order(rule: Rule, *, values: bool) -> Rule:
+    """``rule`` on order keys of unsigned operands; ``values``: its result is a key to map back."""
+
+    def lowered(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
+        dtype = next((t.dtype for t in a if t.dtype in _SIGNED), None)
+        if dtype is None:
+            return rule(n, a, low)
+        out = rule(n, [_order_key(t) for t in a], low)
+        return _from_order_key(out, dtype) if values else out
+
+    return lowered
+
+
+def _abs(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
+    return a[0] if a[0].dtype in _SIGNED else torch.abs(a[0])
+
+
 def _take(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
     data, idx = a
     axis = n.attr("axis") % data.ndim
@@ -69,7 +121,9 @@ def _reduce(fn: Any) -> Rule:
 def _sum(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
     if not n.attr("axes"):
         return a[0]
-    return torch.sum(a[0], dim=n.attr("axes"), keepdim=n.attr("keepdims"), dtype=_tdtype(n, low))
+    dtype = _tdtype(n, low)
+    dtype = _SIGNED.get(dtype, dtype)  # unsigned sums run on signed views (see _signed_bits)
+    return torch.sum(a[0], dim=n.attr("axes"), keepdim=n.attr("keepdims"), dtype=dtype)
 
 
 RULES: dict[Op, Rule] = {
@@ -78,8 +132,8 @@ RULES: dict[Op, Rule] = {
     Op.CONST: lambda n, a, low: torch.from_numpy(
         np.asarray(n.attr("value").array, dtype=low.dtype(n)).copy()
     ),
-    Op.NEG: _unary(torch.neg),
-    Op.ABS: _unary(torch.abs),
+    Op.NEG: _signed_bits(_unary(torch.neg)),
+    Op.ABS: _abs,
     Op.EXP: _unary(torch.exp),
     Op.LOG: _unary(torch.log),
     Op.LOG1P: _unary(torch.log1p),
@@ -89,37 +143,41 @@ RULES: dict[Op, Rule] = {
     Op.ERF: _unary(torch.erf),
     Op.FLOOR: _unary(torch.floor),
     Op.ISNAN: _unary(torch.isnan),
-    Op.NOT: lambda n, a, low: (
-        torch.logical_not(a[0]) if a[0].dtype == torch.bool else torch.bitwise_not(a[0])
+    Op.NOT: _signed_bits(
+        lambda n, a, low: (
+            torch.logical_not(a[0]) if a[0].dtype == torch.bool else torch.bitwise_not(a[0])
+        )
     ),
-    Op.ADD: _binary(torch.add),
-    Op.SUB: _binary(torch.sub),
-    Op.MUL: _binary(torch.mul),
+    Op.ADD: _signed_bits(_binary(torch.add)),
+    Op.SUB: _signed_bits(_binary(torch.sub)),
+    Op.MUL: _signed_bits(_binary(torch.mul)),
     Op.DIV: _binary(torch.div),
     Op.POW: _binary(torch.pow),
-    Op.MAXIMUM: _binary(torch.maximum),
-    Op.MINIMUM: _binary(torch.minimum),
+    Op.MAXIMUM: _signed_order(_binary(torch.maximum), values=True),
+    Op.MINIMUM: _signed_order(_binary(torch.minimum), values=True),
     Op.EQ: _binary(torch.eq),
     Op.NE: _binary(torch.ne),
-    Op.LT: _binary(torch.lt),
-    Op.LE: _binary(torch.le),
-    Op.GT: _binary(torch.gt),
-    Op.GE: _binary(torch.ge),
-    Op.AND: _binary(torch.bitwise_and),
-    Op.OR: _binary(torch.bitwise_or),
-    Op.XOR: _binary(torch.bitwise_xor),
-    Op.WHERE: lambda n, a, low: torch.where(a[0], a[1], a[2]),
+    Op.LT: _signed_order(_binary(torch.lt), values=False),
+    Op.LE: _signed_order(_binary(torch.le), values=False),
+    Op.GT: _signed_order(_binary(torch.gt), values=False),
+    Op.GE: _signed_order(_binary(torch.ge), values=False),
+    Op.AND: _signed_bits(_binary(torch.bitwise_and)),
+    Op.OR: _signed_bits(_binary(torch.bitwise_or)),
+    Op.XOR: _signed_bits(_binary(torch.bitwise_xor)),
+    Op.WHERE: _signed_bits(lambda n, a, low: torch.where(a[0], a[1], a[2])),
     Op.CAST: lambda n, a, low: a[0].to(_tdtype(n, low)),
     Op.MATMUL: _binary(torch.matmul),
-    Op.TAKE: _take,
-    Op.TAKE_ALONG: lambda n, a, low: torch.take_along_dim(
-        a[0], a[1].to(torch.int64), dim=n.attr("axis")
+    Op.TAKE: _signed_bits(_take),
+    Op.TAKE_ALONG: _signed_bits(
+        lambda n, a, low: torch.take_along_dim(a[0], a[1].to(torch.int64), dim=n.attr("axis"))
     ),
-    Op.SUM: _sum,
-    Op.MAX: _reduce(torch.amax),
-    Op.MIN: _reduce(torch.amin),
+    Op.SUM: _signed_bits(_sum),
+    Op.MAX: _signed_order(_reduce(torch.amax), values=True),
+    Op.MIN: _signed_order(_reduce(torch.amin), values=True),
     Op.LOGSUMEXP: _reduce(torch.logsumexp),
-    Op.ARGMAX: lambda n, a, low: torch.argmax(a[0], dim=n.attr("axis")).to(_tdtype(n, low)),
+    Op.ARGMAX: _signed_order(
+        lambda n, a, low: torch.argmax(a[0], dim=n.attr("axis")).to(_tdtype(n, low)), values=False
+    ),
     Op.SOFTMAX: lambda n, a, low: torch.softmax(a[0], dim=n.attr("axis")),
     Op.CONCAT: lambda n, a, low: torch.cat(a, dim=n.attr("axis")),
     Op.SLICE: _slice,

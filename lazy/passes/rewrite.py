@@ -89,12 +89,19 @@ class RewriteContext:
 
     def new_param(self, value: np.ndarray, like: Node, stem: str, sources: Sequence[Node]) -> Node:
         """A PARAM holding ``value`` (cast to ``like``'s dtype), named from its sources' structure
-        so that a retrained model with the same structure gets the same name (and executables)."""
-        from ..digest import graph_digest
+        so that a retrained model with the same structure gets the same name (and executables).
 
-        sig = graph_digest(Graph([], {f"s{i}": s for i, s in enumerate(sources)}, self.params))
+        ``sources`` must determine ``value`` given the parameter values (they may contain inputs):
+        two different values must never share a name."""
+        from ..digest import graph_digest
+        from ..node import topological
+
+        inputs = [n for n in topological(sources) if n.op is Op.INPUT]
+        outputs = {f"s{i}": s for i, s in enumerate(sources)}
+        sig = graph_digest(Graph(inputs, outputs, self.params))
         name = f"{stem}.{sig[:16]}"
-        array = np.ascontiguousarray(np.asarray(value).astype(like.dtype))
+        # astype(order="C"), not np.ascontiguousarray: that one turns a 0-d value into shape (1,).
+        array = np.asarray(value).astype(like.dtype, order="C")
         self.params[name] = array
         return Node.make(Op.PARAM, name=name, shape=array.shape, dtype=array.dtype)
 

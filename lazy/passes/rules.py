@@ -68,13 +68,10 @@ def _row_vector(node: Node, ctx: RewriteContext, k: int) -> bool:
     return ctx.param_only(node) and node.shape in ((), (k,), (1, k))
 
 
-def _peel_affine(
-    lhs: Node, ctx: RewriteContext
-) -> tuple[Node, np.ndarray, np.ndarray, list[Node]] | None:
+def _peel_affine(lhs: Node, ctx: RewriteContext) -> tuple[Node, np.ndarray, np.ndarray] | None:
     """Write ``lhs`` as ``u * a + c`` with row vectors a, c; None if it is not affine in u."""
     k = lhs.shape[-1]
     a, c = np.ones(k), np.zeros(k)
-    sources: list[Node] = []
     u = lhs
     while u.op in _AFFINE_OPS:
         x, y = u.inputs
@@ -100,9 +97,8 @@ def _peel_affine(
             a = a * pv
         else:  # DIV by a vector
             a = a / pv
-        sources.append(p)
         u = v
-    return None if u is lhs else (u, a, c, sources)
+    return None if u is lhs else (u, a, c)
 
 
 def _is_affine_matmul(node: Node, ctx: RewriteContext) -> bool:
@@ -122,10 +118,11 @@ def _affine_matmul(b: dict[str, Node], ctx: RewriteContext) -> Node | None:
     peeled = _peel_affine(lhs, ctx)
     if peeled is None:
         return None
-    u, a, c, sources = peeled
+    u, a, c = peeled
     wv = ctx.value(w).astype(np.float64)
-    weight = ctx.new_param(a[:, None] * wv, w, "affine.w", [w, *sources])
-    bias = ctx.new_param(c @ wv, w, "affine.b", [w, *sources])
+    # Named after the whole matmul: a and c depend on the ops of the chain, not only its operands.
+    weight = ctx.new_param(a[:, None] * wv, w, "affine.w", [node])
+    bias = ctx.new_param(c @ wv, w, "affine.b", [node])
     return Node.make(Op.ADD, [Node.make(Op.MATMUL, [u, weight]), bias])
 
 

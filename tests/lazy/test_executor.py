@@ -1,0 +1,93 @@
+"""CompiledGraph: validation, padding, chunking, empty batches, backends."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lazy as lz
+
+
+def _x(rows: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((rows, 6)).astype(np.float32)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 8, 9, 19, 40])
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_padding_and_chunking_match_the_interpreter(graph, cache, backend, rows) -> None:
+    compiled = lz.compile(graph, lz.Options(backend=backend, max_batch=8), cache)
+    x = _x(rows)
+    out, ref = compiled({"x": x}), lz.evaluate(graph, {"x": x})
+    assert out["proba"].dtype == np.float32 and out["label"].dtype == np.int32
+    np.testing.assert_allclose(out["proba"], ref["proba"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(out["label"], ref["label"])
+
+
+def test_stats_count_padding_and_chunks(graph, cache) -> None:
+    compiled = lz.compile(graph, lz.Options(max_batch=8), cache).graphs[0]
+    compiled({"x": _x(19)})  # chunks of 8, 8 and 3 (padded to 4)
+    assert compiled.stats.snapshot() == {"calls": 1, "rows": 19, "padded_rows": 1, "chunks": 3}
+
+
+def test_padding_never_changes_real_rows(graph, cache) -> None:
+    compiled = lz.compile(graph, lz.Options(max_batch=8), cache)
+    x = _x(8)
+    full = compiled({"x": x})["proba"]
+    for rows in range(5, 8):  # the same 8-row bucket: real rows are bit-identical
+        np.testing.assert_array_equal(compiled({"x": x[:rows]})["proba"], full[:rows])
+    for rows in range(1, 5):  # smaller buckets are other executables: equal up to rounding
+        np.testing.assert_allclose(compiled({"x": x[:rows]})["proba"], full[:rows], rtol=1e-6)
+
+
+def test_empty_batch_returns_empty_outputs(graph, cache) -> None:
+    out = lz.compile(graph, lz.Options(max_batch=8), cache)({"x": np.zeros((0, 6), np.float32)})
+    assert out["proba"].shape == (0, 3) and out["label"].shape == (0,)
+
+
+def test_inputs_are_converted_to_the_declared_dtype(graph, cache) -> None:
+    compiled = lz.compile(graph, lz.Options(max_batch=8), cache)
+    x = _x(4)
+    as_f64 = compiled({"x": x.astype(np.float64)})
+    as_list = compiled({"x": x.tolist()})
+    np.testing.assert_array_equal(as_f64["proba"], compiled({"x": x})["proba"])
+    np.testing.assert_array_equal(as_list["proba"], compiled({"x": x})["proba"])
+
+
+@pytest.mark.parametrize(
+    ("feed", "message"),
+    [
+        ({}, "missing input"),
+        ({"x": np.zeros((2, 5), np.float32)}, r"input 'x' must have shape \(rows, 6\)"),
+        ({"x": np.zeros(6, np.float32)}, r"input 'x' must have shape \(rows, 6\)"),
+    ],
+)
+def test_bad_inputs_name_the_problem(graph, cache, feed, message) -> None:
+    compiled = lz.compile(graph, lz.Options(max_batch=8), cache)
+    with pytest.raises(lz.InputError, match=message):
+        compiled(feed)
+
+
+def test_inputs_with_different_row_counts_are_rejected(cache) -> None:
+    b = lz.Builder()
+    a, c = b.input("a", (2,)), b.input("c", (2,))
+    compiled = lz.compile(b.graph({"s": a + c}), lz.Options(max_batch=4), cache)
+    with pytest.raises(lz.InputError, match="'c' has 3 rows, others have 2"):
+        compiled({"a": np.zeros((2, 2), np.float32), "c": np.zeros((3, 2), np.float32)})
+
+
+def test_inline_param_mode_gives_the_same_results(graph, cache) -> None:
+    x = _x(5)
+    args = lz.compile(graph, lz.Options(max_batch=8), cache)({"x": x})
+    inline = lz.compile(graph, lz.Options(max_batch=8, param_mode=lz.ParamMode(1 << 20)), cache)
+    assert not inline.graphs[0].graph.param_nodes
+    np.testing.assert_allclose(inline({"x": x})["proba"], args["proba"], rtol=1e-6, atol=1e-7)
+
+
+def test_x64_policy_needs_jax_x64(graph, cache) -> None:
+    with pytest.raises(lz.BackendError, match="x64"):
+        lz.compile(graph, lz.Options(max_batch=2, dtype_policy=lz.DTypePolicy.X64), cache)
+
+
+def test_unknown_backend() -> None:
+    with pytest.raises(ValueError, match="unknown backend 'tpu-magic'"):
+        lz.get_backend("tpu-magic")
