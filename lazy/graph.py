@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
@@ -14,7 +15,22 @@ from .ops import Op
 from .shapes import is_batched
 
 
-class Graph:
+class Signature:
+    """Named batched inputs and named outputs: what graphs and programs share."""
+
+    inputs: tuple[Node, ...]
+    outputs: tuple[tuple[str, Any], ...]
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(n.attr("name") for n in self.inputs)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.outputs)
+
+
+class Graph(Signature):
     """An immutable function from batched inputs to named outputs.
 
     ``params`` binds every PARAM node by name. The graph's structure (and so its digest and its
@@ -82,14 +98,6 @@ class Graph:
     @cached_property
     def param_nodes(self) -> tuple[Node, ...]:
         return tuple(n for n in self.order if n.op is Op.PARAM)
-
-    @property
-    def input_names(self) -> tuple[str, ...]:
-        return tuple(n.attr("name") for n in self.inputs)
-
-    @property
-    def output_names(self) -> tuple[str, ...]:
-        return tuple(name for name, _ in self.outputs)
 
     @property
     def output_nodes(self) -> tuple[Node, ...]:

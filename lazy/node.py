@@ -45,6 +45,24 @@ _INTERNED: weakref.WeakValueDictionary[tuple[Any, ...], Node] = weakref.WeakValu
 _INTERN_LOCK = threading.Lock()
 
 
+def _canonical_axes(attrs: tuple[tuple[str, Any], ...], rank: int) -> tuple[tuple[str, Any], ...]:
+    """Axes counted from the end become non-negative (and ``axes`` sorted, unique), so that
+    ``softmax(x, -1)`` and ``softmax(x, 1)`` are one node with one digest. Out-of-range axes are
+    left for the op's shape rule to reject."""
+
+    def fix(axis: int) -> int:
+        return axis % rank if -rank <= axis < rank else axis
+
+    out = []
+    for key, value in attrs:
+        if key == "axis":
+            value = fix(value)
+        elif key == "axes":
+            value = tuple(sorted({fix(a) for a in value}))
+        out.append((key, value))
+    return tuple(out)
+
+
 class Node:
     """One operation of the IR. Construct with :meth:`Node.make`; never mutate."""
 
@@ -68,6 +86,8 @@ class Node:
             raise ShapeError(f"{op.name} takes attributes {spec.attrs}, got {tuple(attrs)}")
         canon = tuple((name, _canonical_attr(attrs[name])) for name in spec.attrs)
         canon = tuple((k, _NORMALIZERS.get(k, _keep)(v)) for k, v in canon)
+        if inputs:
+            canon = _canonical_axes(canon, len(inputs[0].shape))
         result = spec.infer([n.type for n in inputs], dict(canon))
         return cls._intern(op, tuple(inputs), canon, result)
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import dtypes as dt
 from .errors import GraphError
-from .graph import Graph
+from .graph import Graph, Signature
 from .node import Node, topological
 from .ops import Op, TensorType
 from .shapes import B, is_batched, normalize
@@ -47,18 +47,10 @@ Stage = GraphStage | HostStage
 
 
 @dataclass(frozen=True)
-class Program:
+class Program(Signature):
     inputs: tuple[Node, ...]
     stages: tuple[Stage, ...]
     outputs: tuple[tuple[str, str], ...]  # (output name, environment name)
-
-    @property
-    def input_names(self) -> tuple[str, ...]:
-        return tuple(n.attr("name") for n in self.inputs)
-
-    @property
-    def output_names(self) -> tuple[str, ...]:
-        return tuple(name for name, _ in self.outputs)
 
     @property
     def graphs(self) -> tuple[Graph, ...]:

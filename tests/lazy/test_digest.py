@@ -194,3 +194,13 @@ def test_nodes_are_immutable_and_process_local() -> None:
         node.op = lz.Op.NEG  # type: ignore[misc]
     with pytest.raises(TypeError):
         pickle.dumps(node)
+
+
+def test_axes_counted_from_the_end_are_the_same_node() -> None:
+    b = lz.Builder()
+    x = b.input("x", (3, 4))
+    assert lz.softmax(x, -1).node is lz.softmax(x, 2).node
+    assert lz.sum(x, (-1, 1)).node is lz.sum(x, (2, 1, 1)).node
+    assert lz.sum(x, -1).node.attr("axes") == (2,)
+    with pytest.raises(lz.ShapeError):
+        lz.sum(x, 3)
