@@ -91,3 +91,45 @@ def test_x64_policy_needs_jax_x64(graph, cache) -> None:
 def test_unknown_backend() -> None:
     with pytest.raises(ValueError, match="unknown backend 'tpu-magic'"):
         lz.get_backend("tpu-magic")
+
+
+def test_jax_device_can_be_chosen(graph, cache) -> None:
+    import jax
+
+    device = jax.devices("cpu")[-1]
+    backend = lz.get_backend("jax", device=device)
+    assert f"device_kind={device.device_kind}" in backend.fingerprint()
+    out = lz.compile(graph, lz.Options(backend=backend, max_batch=2), cache)({"x": _x(2)})
+    assert out["proba"].shape == (2, 3)
+
+
+_X64_PROCESS = """
+import numpy as np
+import lazy as lz
+
+rng = np.random.default_rng(0)
+b = lz.Builder()
+x = b.input("x", (5,), "float64")
+w = b.param(rng.standard_normal((5, 2)), "w")
+graph = b.graph({"y": lz.tanh(x @ w), "n": lz.cast(x, "int64").sum(-1)})
+model = lz.compile(graph, lz.Options(max_batch=4, dtype_policy=lz.DTypePolicy.X64))
+feed = {"x": rng.standard_normal((6, 5)) * 1e3}
+out, ref = model(feed), lz.evaluate(graph, feed)
+assert out["y"].dtype == np.float64 and out["n"].dtype == np.int64, (out["y"].dtype, out["n"].dtype)
+np.testing.assert_allclose(out["y"], ref["y"], rtol=1e-13, atol=1e-15)
+np.testing.assert_array_equal(out["n"], ref["n"])
+print("ok")
+"""
+
+
+def test_x64_policy_keeps_64_bit_types_when_jax_has_x64() -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "JAX_ENABLE_X64": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", _X64_PROCESS], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "ok"
