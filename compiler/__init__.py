@@ -1,8 +1,37 @@
-"""Kestrel compiler layer: fitted scikit-learn / LightGBM / XGBoost objects → lazy graphs.
+"""scikit-learn / LightGBM / XGBoost objects → lazy graphs (+ host steps).
 
-Containers (Pipeline, ColumnTransformer, FeatureUnion, search CV wrappers, …) are flattened by a
-parser; pure, registered leaf converters read fitted attributes and emit ``lazy`` IR, and steps
-that cannot be expressed as tensors become host steps between compiled segments. Imports
-``lazy``, numpy and scikit-learn only — never jax, torch, fastapi or prometheus_client, so a new
-backend never touches a converter.
+``compiler.compile(estimator)`` converts a fitted estimator — the whole pipeline, featurizers and
+model together — into one lazy program and compiles it; the result has the source's methods.
+Converters are registered by class (:func:`register`); :func:`supported` lists them.
 """
+
+from __future__ import annotations
+
+from .errors import CompilerError, SchemaError, UnsupportedError
+from .features import Features, Heads
+from .model import CompiledModel, Traced, compile, trace
+from .options import CompileOptions
+from .registry import Registration, register, supported
+from .report import CompileReport, StepReport
+from .schema import Column, InputSchema, Vocabulary
+
+__all__ = [
+    "Column",
+    "CompileOptions",
+    "CompileReport",
+    "CompiledModel",
+    "CompilerError",
+    "Features",
+    "Heads",
+    "InputSchema",
+    "Registration",
+    "SchemaError",
+    "StepReport",
+    "Traced",
+    "UnsupportedError",
+    "Vocabulary",
+    "compile",
+    "register",
+    "supported",
+    "trace",
+]

@@ -1,0 +1,178 @@
+"""``compile``: a fitted estimator → a :class:`CompiledModel` with the source's methods."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sklearn.utils.validation import check_is_fitted
+
+import lazy as lz
+
+from .context import Context
+from .errors import UnsupportedError
+from .features import Features, Heads
+from .options import METHODS, CompileOptions
+from .report import CompileReport
+from .schema import InputSchema, schema_for
+
+
+@dataclass(frozen=True)
+class Traced:
+    """A conversion before compilation: the lazy program and what the host needs around it."""
+
+    program: lz.Program
+    schema: InputSchema
+    classes: np.ndarray | None
+    methods: tuple[str, ...]
+    report: CompileReport
+
+
+def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None = None) -> Traced:
+    """Convert ``estimator`` into a lazy program (no compilation)."""
+    options = options or CompileOptions()
+    check_is_fitted(estimator)
+    schema = schema_for(estimator, sample)
+    builder = lz.Builder()
+    x = builder.input("x", (len(schema.columns),), options.dtype)
+    ctx = Context(builder, options, schema)
+    heads = ctx.convert(estimator, Features(x, tuple(range(len(schema.columns)))), "model")
+    methods = _methods(estimator, heads, options)
+    outputs = {m: heads.outputs[m] for m in methods}
+    program = builder.build(outputs)
+    ctx.schema.rejects_nan = _columns_rejecting_nan(estimator, ctx.schema, sample)
+    report = ctx.report
+    report.methods = methods
+    report.graph_nodes = sum(len(g.order) for g in program.graphs)
+    report.graph_stages = len(program.graphs)
+    report.parameters = sum(int(v.size) for g in program.graphs for v in g.params.values())
+    return Traced(program, ctx.schema, heads.classes, methods, report)
+
+
+_MAX_NAN_PROBES = 512
+
+
+def _columns_rejecting_nan(estimator: Any, schema: InputSchema, sample: Any) -> frozenset[int]:
+    """Columns where the source raises on NaN, found by probing it one row at a time."""
+    probe = _probe_row(estimator, schema, sample)
+    if probe is None:
+        return frozenset()
+    method = next(m for m in ("predict", "transform", "score_samples") if hasattr(estimator, m))
+    run = getattr(estimator, method)
+    numeric = [j for j in range(len(schema.columns)) if j not in schema.vocabularies]
+
+    def rejects(columns: list[int]) -> bool:
+        row = probe.copy()
+        for j in columns:
+            if hasattr(row, "iloc"):
+                row.iloc[0, j] = np.nan
+            else:
+                row[0, j] = np.nan
+        try:
+            run(row)
+        except Exception:
+            return True
+        return False
+
+    if not numeric or not rejects(numeric):
+        return frozenset()
+    if len(numeric) > _MAX_NAN_PROBES:
+        return frozenset(numeric)
+    return frozenset(j for j in numeric if rejects([j]))
+
+
+def _probe_row(estimator: Any, schema: InputSchema, sample: Any) -> Any:
+    if sample is not None:
+        row = (
+            sample.iloc[:1].copy() if hasattr(sample, "iloc") else np.array(sample[:1], dtype=float)
+        )
+        if hasattr(row, "iloc"):
+            for j, col in enumerate(schema.columns):  # NaN must fit: make numeric columns float
+                if j not in schema.vocabularies and row.dtypes.iloc[j].kind in "iub":
+                    row[col.name] = row[col.name].astype(float)
+        return row
+    if schema.vocabularies:
+        return None  # a faithful probe of categorical columns needs a sample of the table
+    zeros = np.zeros((1, len(schema.columns)))
+    if schema.named:  # fitted on a DataFrame, so pandas is installed
+        import pandas as pd
+
+        return pd.DataFrame(zeros, columns=schema.names)
+    return zeros
+
+
+def _methods(estimator: Any, heads: Heads, options: CompileOptions) -> tuple[str, ...]:
+    available = tuple(m for m in METHODS if m in heads.outputs and hasattr(estimator, m))
+    if options.methods is None:
+        return available
+    missing = [m for m in options.methods if m not in available]
+    if missing:
+        raise UnsupportedError(
+            f"{type(estimator).__name__} has no compiled {missing}; available: {list(available)}"
+        )
+    return tuple(options.methods)
+
+
+def compile(
+    estimator: Any, *, sample: Any = None, options: CompileOptions | None = None
+) -> CompiledModel:
+    """Convert and compile ``estimator``; with ``options.warmup`` every bucket is compiled now."""
+    options = options or CompileOptions()
+    return CompiledModel(trace(estimator, sample=sample, options=options), options)
+
+
+class CompiledModel:
+    """The compiled twin of a fitted estimator: same methods, same outputs (within float32)."""
+
+    def __init__(self, traced: Traced, options: CompileOptions) -> None:
+        self.traced = traced
+        self.options = options
+        self.schema = traced.schema
+        self.report = traced.report
+        self.classes_ = traced.classes
+        self.methods = traced.methods
+        if options.backend == "interpreter":
+            self._runner = lambda feed: lz.run_program(traced.program, feed)
+        else:
+            compiled = lz.compile(
+                traced.program, options.lazy_options(), options.cache, warmup=options.warmup
+            )
+            self._runner = compiled
+            self.compiled = compiled
+
+    def run(self, data: Any) -> dict[str, np.ndarray]:
+        """Every compiled head on ``data`` (rows: array, DataFrame, dict rows or columns)."""
+        feed, _ = self.schema.to_feed(data)
+        return dict(self._runner(feed))
+
+    def _head(self, method: str, data: Any) -> np.ndarray:
+        if method not in self.methods:
+            raise AttributeError(
+                f"this model was compiled without {method!r}; it has {list(self.methods)}"
+            )
+        return self.run(data)[method]
+
+    def predict(self, data: Any) -> np.ndarray:
+        out = self._head("predict", data)
+        return self.classes_[out] if self.classes_ is not None else out
+
+    def predict_proba(self, data: Any) -> np.ndarray:
+        return self._head("predict_proba", data)
+
+    def decision_function(self, data: Any) -> np.ndarray:
+        return self._head("decision_function", data)
+
+    def transform(self, data: Any) -> np.ndarray:
+        return self._head("transform", data)
+
+    def score_samples(self, data: Any) -> np.ndarray:
+        return self._head("score_samples", data)
+
+    def outputs(self, data: Any) -> Mapping[str, np.ndarray]:
+        """Every head, with ``predict`` mapped to class labels."""
+        out = self.run(data)
+        if "predict" in out and self.classes_ is not None:
+            out["predict"] = self.classes_[out["predict"]]
+        return out

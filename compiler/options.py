@@ -1,0 +1,34 @@
+"""Options of a compilation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import lazy as lz
+
+TreeStrategy = Literal["auto", "gemm", "traversal", "perfect", "bitvector", "hybrid"]
+METHODS = ("predict", "predict_proba", "decision_function", "transform", "score_samples")
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """How to compile: graph dtype, tree strategy, host steps, and where to run.
+
+    ``backend`` is ``"jax"`` (XLA, the production path), ``"torch"``, or ``"interpreter"`` (the
+    float64 reference, no compilation). ``methods`` limits the compiled heads (None: all the source
+    estimator has).
+    """
+
+    dtype: Literal["float32", "float64"] = "float32"
+    tree_strategy: TreeStrategy = "auto"
+    allow_host_steps: bool = False
+    methods: tuple[str, ...] | None = None
+    backend: str = "jax"
+    max_batch: int = 1024
+    warmup: bool = True
+    cache: Any = None  # a lazy.ExecutableCache; None: the process-wide default
+
+    def lazy_options(self) -> lz.Options:
+        policy = lz.DTypePolicy.X64 if self.dtype == "float64" else lz.DTypePolicy.X32
+        return lz.Options(backend=self.backend, max_batch=self.max_batch, dtype_policy=policy)

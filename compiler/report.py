@@ -1,0 +1,32 @@
+"""The compile report: what became device code, what runs on the host, and how big it is."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class StepReport:
+    path: str  # e.g. "pipeline/preprocess/num/scaler"
+    estimator: str  # class name
+    where: str  # "device" or "host"
+    detail: str = ""  # e.g. the tree strategy chosen
+
+
+@dataclass
+class CompileReport:
+    steps: list[StepReport] = field(default_factory=list)
+    graph_nodes: int = 0
+    graph_stages: int = 0
+    parameters: int = 0  # number of fitted values passed to the device
+    methods: tuple[str, ...] = ()
+
+    @property
+    def host_steps(self) -> list[str]:
+        return [s.path for s in self.steps if s.where == "host"]
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["host_steps"] = self.host_steps
+        return data
