@@ -3,7 +3,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint format clean distclean
+.PHONY: run test lint format docs clean distclean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,9 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
+
+docs: $(STAMP)
+	$(BIN)/python -m compiler.docs > docs/operators.md
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .kestrel-cache

@@ -133,6 +133,7 @@ class CompiledModel:
         self.report = traced.report
         self.classes_ = traced.classes
         self.methods = traced.methods
+        self._dtype = np.dtype(options.dtype)
         if options.backend == "interpreter":
             self._runner = lambda feed: lz.run_program(traced.program, feed)
         else:
@@ -144,7 +145,7 @@ class CompiledModel:
 
     def run(self, data: Any) -> dict[str, np.ndarray]:
         """Every compiled head on ``data`` (rows: array, DataFrame, dict rows or columns)."""
-        feed, _ = self.schema.to_feed(data)
+        feed, _ = self.schema.to_feed(data, self._dtype)
         return dict(self._runner(feed))
 
     def _head(self, method: str, data: Any) -> np.ndarray:

@@ -28,10 +28,12 @@ def _is_missing(value: Any) -> bool:
 class Vocabulary:
     """Category → code (its index). ``unknown``: the code of values not in ``categories``
     (None: such a value is an error, as with ``handle_unknown='error'``); missing values (None,
-    NaN) are a category only if ``categories`` contains one."""
+    NaN) are a category only if ``categories`` contains one. ``missing``: the code of missing
+    values, overriding the above (an imputer before the encoder filled them in)."""
 
     categories: tuple[Any, ...]
     unknown: int | None = None
+    missing: int | None = None
     _index: dict[Any, int] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -44,7 +46,8 @@ class Vocabulary:
         index, unknown = self._index, self.unknown
         codes = np.empty(len(values), np.int32)
         for row, value in enumerate(values.tolist()):
-            code = index.get(_key(value))
+            key = _key(value)
+            code = self.missing if key is _MISSING and self.missing is not None else index.get(key)
             if code is None:
                 if unknown is None:
                     raise SchemaError(
@@ -56,9 +59,12 @@ class Vocabulary:
         return codes
 
 
+_MISSING = ("<missing>",)
+
+
 def _key(value: Any) -> Any:
     if _is_missing(value):
-        return ("<missing>",)
+        return _MISSING
     if isinstance(value, (np.generic,)):
         value = value.item()
     if isinstance(value, float) and value.is_integer():
@@ -104,27 +110,51 @@ class InputSchema:
         }
 
     # -- rows → arrays -----------------------------------------------------------------------
-    def to_feed(self, data: Any) -> tuple[dict[str, np.ndarray], int]:
-        """The graph inputs for ``data`` and its number of rows."""
-        columns = self._columns(data)
-        rows = len(columns[0]) if columns else 0
-        x = np.empty((rows, len(self.columns)), np.float64)
-        feed: dict[str, np.ndarray] = {"x": x}
-        for j, (col, values) in enumerate(zip(self.columns, columns, strict=True)):
-            vocab = self.vocabularies.get(j)
-            if vocab is not None:
-                feed[self.code_input(j)] = vocab.encode(col.name, values)
-                x[:, j] = _to_float(values, col.name, strict=False)
-            else:
-                x[:, j] = _to_float(values, col.name, strict=True)
-        for j in self.rejects_nan:
-            missing = np.flatnonzero(np.isnan(x[:, j]))
-            if missing.size and j not in self.vocabularies:
-                raise SchemaError(
-                    f"column {self.columns[j].name!r}, row {int(missing[0])}: missing value (NaN), "
-                    "which this model does not accept"
-                )
-        return feed, rows
+    def to_feed(self, data: Any, dtype: Any = np.float64) -> tuple[dict[str, np.ndarray], int]:
+        """The graph inputs for ``data`` (``x`` in ``dtype``) and its number of rows."""
+        x = self._numeric_matrix(data, dtype)
+        if x is not None:  # the common case: one conversion, no per-column Python
+            feed: dict[str, np.ndarray] = {"x": x}
+        else:
+            columns = self._columns(data)
+            x = np.empty((len(columns[0]) if columns else 0, len(self.columns)), dtype)
+            feed = {"x": x}
+            for j, (col, values) in enumerate(zip(self.columns, columns, strict=True)):
+                vocab = self.vocabularies.get(j)
+                if vocab is not None:
+                    feed[self.code_input(j)] = vocab.encode(col.name, values)
+                    x[:, j] = _to_float(values, col.name, strict=False)
+                else:
+                    x[:, j] = _to_float(values, col.name, strict=True)
+        self._check_missing(x)
+        return feed, x.shape[0]
+
+    def _numeric_matrix(self, data: Any, dtype: Any) -> np.ndarray | None:
+        """``data`` as the ``x`` matrix if it is an all-numeric table needing no codes."""
+        if self.vocabularies:
+            return None
+        if isinstance(data, np.ndarray) and data.dtype.kind in "fiub":
+            if data.ndim != 2 or data.shape[1] != len(self.columns):
+                return None  # the general path names the problem
+            return np.asarray(data, dtype=dtype)
+        is_frame = hasattr(data, "columns") and hasattr(data, "iloc")
+        if is_frame and self.named and all(c in data.columns for c in self.names):
+            frame = data[self.names]
+            if all(d.kind in "fiub" for d in frame.dtypes):
+                return frame.to_numpy(dtype=dtype)
+        return None
+
+    def _check_missing(self, x: np.ndarray) -> None:
+        columns = sorted(self.rejects_nan - self.vocabularies.keys())
+        if not columns or not x.size:
+            return
+        missing = np.isnan(x[:, columns])
+        if missing.any():
+            row, k = np.argwhere(missing)[0]
+            raise SchemaError(
+                f"column {self.columns[columns[k]].name!r}, row {int(row)}: missing value (NaN), "
+                "which this model does not accept"
+            )
 
     def _columns(self, data: Any) -> list[np.ndarray]:
         n = len(self.columns)

@@ -1,8 +1,8 @@
-"""``kestrel demo``: fit a small pipeline, compile it through the lazy layer, and score with it.
+"""``kestrel demo``: fit a small pipeline, compile it with Kestrel, and score with it.
 
-Until ``compiler/`` converts estimators automatically, the demo traces its scikit-learn pipeline
-(StandardScaler + LogisticRegression) by hand, exactly as a converter will: fitted attributes become
-parameters, the input becomes lazy ops. It prints each step and how long it took.
+It prints each step and how long it took: fitting with scikit-learn, tracing the whole pipeline
+into a lazy graph, compiling every batch bucket with XLA (or loading them from the disk cache),
+and scoring against scikit-learn with a parity check.
 """
 
 from __future__ import annotations
@@ -18,30 +18,13 @@ from rich.console import Console
 from rich.table import Table
 from sklearn.datasets import make_classification
 from sklearn.linear_model import LogisticRegression
-from sklearn.pipeline import Pipeline, make_pipeline
+from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+import compiler
 import lazy as lz
 
 N_FEATURES = 20
-
-
-def trace_pipeline(pipeline: Pipeline) -> lz.Graph:
-    """The fitted scaler + multinomial logistic regression as a lazy graph."""
-    scaler: StandardScaler = pipeline[0]
-    model: LogisticRegression = pipeline[-1]
-    b = lz.Builder()
-    x = b.input("x", (N_FEATURES,))
-    with lz.scope("StandardScaler"):
-        mean = b.param(scaler.mean_.astype(np.float32), "scaler.mean_")
-        scale = b.param(scaler.scale_.astype(np.float32), "scaler.scale_")
-        z = (x - mean) / scale
-    with lz.scope("LogisticRegression"):
-        coef = b.param(model.coef_.T.astype(np.float32), "model.coef_")
-        intercept = b.param(model.intercept_.astype(np.float32), "model.intercept_")
-        logits = z @ coef + intercept
-        label_index = lz.argmax(logits)
-        return b.graph({"predict_proba": lz.softmax(logits), "label_index": label_index})
 
 
 @contextmanager
@@ -64,26 +47,24 @@ def run_demo(cache_dir: Path | None = None, max_batch: int = 1024) -> int:
         )
         x = x.astype(np.float32)
         pipeline = make_pipeline(StandardScaler(), LogisticRegression(max_iter=500)).fit(x, y)
-    with _timed(steps, "trace to lazy graph", lambda: repr(state["graph"])):
-        state["graph"] = trace_pipeline(pipeline)
+    cache = lz.ExecutableCache(disk_dir=cache_dir)
+    options = compiler.CompileOptions(max_batch=max_batch, cache=cache)
+    with _timed(steps, "trace the pipeline", lambda: _report_line(state["traced"].report)):
+        state["traced"] = compiler.trace(pipeline, options=options)
     with _timed(steps, "start the JAX backend", lambda: state["backend"].fingerprint()):
         state["backend"] = lz.get_backend("jax")
-    cache = lz.ExecutableCache(disk_dir=cache_dir)
-    options = lz.Options(backend=state["backend"], max_batch=max_batch)
-    with _timed(steps, "optimize + verify", lambda: f"{len(state['model'].graph.order)} nodes"):
-        state["model"] = lz.CompiledGraph(state["graph"], options, cache)
-    model: lz.CompiledGraph = state["model"]
-    with _timed(steps, f"compile + warm {len(model.buckets)} buckets", lambda: _cache_line(cache)):
-        model.warmup()
+    buckets = len(lz.Buckets(max_batch))
+    with _timed(steps, f"compile + warm {buckets} buckets", lambda: _cache_line(cache)):
+        model = compiler.CompiledModel(state["traced"], options)
     for rows in (1, 1000, 5000):
         batch = x[:rows]
-        out = model({"x": batch})
+        proba = model.predict_proba(batch)
         expected = pipeline.predict_proba(batch)
-        ours = _best_of(lambda batch=batch: model({"x": batch}))
+        ours = _best_of(lambda batch=batch: model.predict_proba(batch))
         theirs = _best_of(lambda batch=batch: pipeline.predict_proba(batch))
         steps.append((f"score {rows} rows", f"{ours:,.2f}", _versus(ours, theirs)))
-        diff = float(np.max(np.abs(out["predict_proba"] - expected)))
-        agree = np.array_equal(pipeline.classes_[out["label_index"]], pipeline.predict(batch))
+        diff = float(np.max(np.abs(proba - expected)))
+        agree = np.array_equal(model.predict(batch), pipeline.predict(batch))
         steps.append(("  parity", "", f"max |Δp| = {diff:.1e}, labels agree: {agree}"))
         if not agree or diff > 1e-5:
             console.print(f"[red]parity check failed for {rows} rows[/red]")
@@ -96,9 +77,10 @@ def run_demo(cache_dir: Path | None = None, max_batch: int = 1024) -> int:
     for row in steps:
         table.add_row(*row)
     console.print(table)
+    (graph,) = model.compiled.graphs
     console.print(
-        f"buckets: {list(model.buckets.sizes)}; compiles after warm-up: "
-        f"{model.compiles.get('after_ready', 0)}; digest {model.graph.digest[:16]}…"
+        f"buckets: {list(graph.buckets.sizes)}; compiles after warm-up: "
+        f"{graph.compiles.get('after_ready', 0)}; graph digest {graph.graph.digest[:16]}…"
     )
     return 0
 
@@ -117,6 +99,11 @@ def _best_of(fn: Callable[[], Any], repeat: int = 7) -> float:
         fn()
         times.append((time.perf_counter() - t0) * 1e3)
     return min(times)
+
+
+def _report_line(report: compiler.CompileReport) -> str:
+    steps = " → ".join(s.estimator for s in report.steps[1:])
+    return f"{steps}: {report.graph_nodes} nodes, {report.parameters} fitted values on the device"
 
 
 def _cache_line(cache: lz.ExecutableCache) -> str:
