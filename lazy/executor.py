@@ -198,6 +198,10 @@ class CompiledProgram:
             CompiledGraph(s.graph, options, cache) if isinstance(s, GraphStage) else s
             for s in program.stages
         ]
+        # One graph stage and nothing else (the common case): call it directly.
+        only = self.stages[0] if len(self.stages) == 1 else None
+        self._only: CompiledGraph | None = only if isinstance(only, CompiledGraph) else None
+        self._renames = [(name, ref) for name, ref in program.outputs]
 
     @property
     def graphs(self) -> list[CompiledGraph]:
@@ -212,6 +216,9 @@ class CompiledProgram:
             g.warmup()
 
     def __call__(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        if self._only is not None:
+            out = self._only(inputs)
+            return {name: out[ref] for name, ref in self._renames}
         return run_stages(self.program, self.stages, inputs)
 
 

@@ -21,11 +21,11 @@ class Signature:
     inputs: tuple[Node, ...]
     outputs: tuple[tuple[str, Any], ...]
 
-    @property
+    @cached_property
     def input_names(self) -> tuple[str, ...]:
         return tuple(n.attr("name") for n in self.inputs)
 
-    @property
+    @cached_property
     def output_names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.outputs)
 
