@@ -1,0 +1,111 @@
+"""Imputers and missing-value indicators."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from sklearn.impute import MissingIndicator, SimpleImputer
+from sklearn.utils._missing import is_scalar_nan
+
+import lazy as lz
+
+from ..context import Context
+from ..errors import UnsupportedError
+from ..features import Features, Heads
+from ..registry import register, unsupported_param
+from .provenance import filled
+
+
+def _numeric_marker(est: Any) -> float:
+    """``missing_values`` as a float (NaN or a number); other markers cannot reach the device."""
+    value = est.missing_values
+    if is_scalar_nan(value):
+        return float("nan")
+    if isinstance(value, (int, float, np.number)) and not isinstance(value, (bool, np.bool_)):
+        return float(value)
+    raise unsupported_param(est, "missing_values", value, "NaN or a number")
+
+
+def missing_mask(est: Any, features: Features, ctx: Context) -> lz.LazyTensor:
+    """(B, k) bool: where ``features`` hold ``est.missing_values`` (``_get_mask``)."""
+    raw = [s for s in features.sources if s is not None]
+    if any(ctx.schema.columns[s].kind == "categorical" for s in raw):
+        raise UnsupportedError(
+            f"{ctx.path}: {type(est).__name__} on non-numeric columns is not supported (their "
+            "values do not reach the device)"
+        )
+    marker = _numeric_marker(est)
+    x = features.values
+    return lz.isnan(x) if np.isnan(marker) else x == marker
+
+
+def indicator(est: Any, mask: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
+    """A fitted MissingIndicator's output (float 0/1) from the full missing mask."""
+    if est.features == "missing-only" and len(est.features_) < mask.shape[1]:
+        if est.error_on_new and not np.isnan(_numeric_marker(est)):
+            # NaN in a column not seen missing in fit raises in the source: the input schema's NaN
+            # probe makes the host raise too. Another marker would need a value check on the host.
+            raise unsupported_param(
+                est, "error_on_new", True, "False, or missing_values=NaN, or features='all'"
+            )
+        mask = Features.derived(mask).select(est.features_).values
+    return lz.cast(mask, ctx.dtype)
+
+
+@register(
+    MissingIndicator,
+    methods=("transform",),
+    limits="numeric columns; `missing_values` NaN or a number; `features` 'missing-only' / 'all'",
+)
+def missing_indicator(est: Any, features: Features, ctx: Context) -> Heads:
+    return Heads({"transform": indicator(est, missing_mask(est, features, ctx), ctx)})
+
+
+@register(
+    SimpleImputer,
+    methods=("transform",),
+    limits="every strategy; `add_indicator`, `keep_empty_features`; non-numeric (string) columns "
+    "with missing_values=NaN only feed a following encoder, which codes missing values as the "
+    "fill value on the host",
+)
+def simple_imputer(est: Any, features: Features, ctx: Context) -> Heads:
+    statistics = est.statistics_
+    keep = (
+        np.arange(features.width)
+        if est.keep_empty_features
+        else np.flatnonzero([not is_scalar_nan(s) for s in statistics])
+    )
+    if est._fit_dtype.kind == "O":
+        out = _fill_on_host(est, features, ctx)
+    else:
+        mask = missing_mask(est, features, ctx)
+        # the fill is cast to the fitted dtype first (an int column's mean is truncated)
+        fills = statistics.astype(est._fill_dtype).astype(np.float64)
+        values = lz.where(mask, ctx.param(fills, "statistics_"), features.values)
+        sources = features.sources
+        if np.isnan(_numeric_marker(est)):
+            sources = tuple(filled(s, f) for s, f in zip(sources, fills.tolist(), strict=True))
+        out = Features(values, sources)
+    out = out.select(keep)
+    if est.add_indicator:
+        if est._fit_dtype.kind == "O":
+            raise unsupported_param(est, "add_indicator", True, "False on non-numeric columns")
+        flags = indicator(est.indicator_, missing_mask(est, features, ctx), ctx)
+        out = Features.concat([out, Features.derived(flags)])
+    return Heads.transformed(out)
+
+
+def _fill_on_host(est: Any, features: Features, ctx: Context) -> Features:
+    """Object-dtype (string) columns: the values pass through, the fill rides on provenance."""
+    if not is_scalar_nan(est.missing_values):
+        raise unsupported_param(est, "missing_values", est.missing_values, "NaN on string columns")
+    if any(s is None for s in features.sources):
+        raise UnsupportedError(
+            f"{ctx.path}: SimpleImputer of non-numeric data needs raw input columns, but some of "
+            "its columns are computed by an earlier step"
+        )
+    fills = est.statistics_.tolist()
+    return Features(
+        features.values, tuple(filled(s, f) for s, f in zip(features.sources, fills, strict=True))
+    )

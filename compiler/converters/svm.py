@@ -1,0 +1,141 @@
+"""Kernel support-vector machines (libsvm): SVC, NuSVC, SVR, NuSVR, OneClassSVM.
+
+libsvm's decision for the class pair (i, j) sums the kernel against class i's support vectors
+weighted by row j-1 of the dual coefficients, plus class j's weighted by row i, plus the intercept.
+That is one (n_SV, n_pairs) weight matrix, so every decision is ``kernel(x, SV) @ W + b``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from sklearn.svm import SVC, SVR, NuSVC, NuSVR, OneClassSVM
+
+import lazy as lz
+
+from ..context import Context
+from ..features import Features, Heads
+from ..registry import register, unsupported_param
+
+_KERNELS = "'linear', 'poly', 'rbf', 'sigmoid'"
+
+
+def kernel(est: Any, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
+    """libsvm's kernel between the rows of ``x`` and the support vectors: (B, n_SV)."""
+    if not isinstance(est.kernel, str) or est.kernel not in ("linear", "poly", "rbf", "sigmoid"):
+        raise unsupported_param(est, "kernel", est.kernel, _KERNELS)
+    sv = np.asarray(est.support_vectors_, dtype=np.float64)
+    dot = x @ ctx.param(sv.T, "support_vectors_T")
+    gamma = float(est._gamma)
+    if est.kernel == "linear":
+        return dot
+    if est.kernel == "poly":
+        base = dot * gamma + float(est.coef0)
+        out = base
+        for _ in range(int(est.degree) - 1):  # libsvm's powi: an integer power by products
+            out = out * base
+        return out if int(est.degree) >= 1 else base * 0.0 + 1.0
+    if est.kernel == "sigmoid":
+        return lz.tanh(dot * gamma + float(est.coef0))
+    # rbf: |x - sv|^2 = |x|^2 - 2 x.sv + |sv|^2, clamped at 0 against cancellation
+    sq = lz.sum(x * x, axis=1, keepdims=True) - 2.0 * dot + ctx.param((sv**2).sum(1), "sv_sq")
+    return lz.exp(lz.maximum(sq, 0.0) * -gamma)
+
+
+def _pair_weights(est: Any) -> np.ndarray:
+    """(n_SV, n_pairs) weights of libsvm's one-vs-one decisions, in its (i < j) pair order."""
+    coef = np.asarray(est._dual_coef_)
+    start = np.concatenate([[0], np.cumsum(est._n_support)])
+    n = len(start) - 1
+    weights = np.zeros((coef.shape[1], n * (n - 1) // 2))
+    p = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            weights[start[i] : start[i + 1], p] = coef[j - 1, start[i] : start[i + 1]]
+            weights[start[j] : start[j + 1], p] = coef[i, start[j] : start[j + 1]]
+            p += 1
+    return weights
+
+
+def _pairs(n: int) -> list[tuple[int, int]]:
+    return [(i, j) for i in range(n) for j in range(i + 1, n)]
+
+
+def _votes(raw: lz.LazyTensor, n: int, ctx: Context, *, strict: bool) -> lz.LazyTensor:
+    """Vote counts (B, n): pair (i, j) votes i when its decision is > 0 (libsvm's predict;
+    ``strict``) or >= 0 (scikit-learn's ovr decision), else j."""
+    first = np.zeros((len(_pairs(n)), n))
+    second = np.zeros_like(first)
+    for p, (i, j) in enumerate(_pairs(n)):
+        first[p, i] = 1.0
+        second[p, j] = 1.0
+    wins = lz.cast(raw > 0.0 if strict else raw >= 0.0, raw.dtype)
+    return wins @ ctx.const(first - second) + ctx.const(second.sum(0))
+
+
+def _dual(est: Any, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
+    """(B,) ``kernel(x, SV) @ dual_coef + intercept`` of a one-output libsvm model."""
+    coef = ctx.param(np.reshape(est._dual_coef_, (-1, 1)), "dual_coef_")
+    out = kernel(est, x, ctx) @ coef + ctx.param(np.ravel(est._intercept_), "intercept_")
+    return lz.reshape(out, (lz.B,))
+
+
+def _ovr(raw: lz.LazyTensor, votes: lz.LazyTensor, n: int, ctx: Context) -> lz.LazyTensor:
+    """``sklearn.utils.multiclass._ovr_decision_function(raw < 0, -raw, n)``."""
+    signs = np.zeros((len(_pairs(n)), n))
+    for p, (i, j) in enumerate(_pairs(n)):
+        signs[p, i] = 1.0  # sum_of_confidences[i] -= -raw
+        signs[p, j] = -1.0
+    confidence = raw @ ctx.const(signs)
+    return votes + confidence / (3.0 * (abs(confidence) + 1.0))
+
+
+@register(
+    SVC,
+    NuSVC,
+    methods=("predict", "decision_function"),
+    limits=f"kernels {_KERNELS}; decision_function_shape 'ovr' / 'ovo'; break_ties. "
+    "predict_proba (probability=True) is not compiled: libsvm's pairwise coupling iterates "
+    "until a data-dependent tolerance, which float32 cannot reproduce exactly",
+)
+def svc(est: Any, features: Features, ctx: Context) -> Heads:
+    n = len(est.classes_)
+    if est.break_ties and est.decision_function_shape == "ovo":  # scikit-learn cannot predict
+        raise unsupported_param(est, "break_ties", True, "False with decision_function_shape='ovo'")
+    raw = kernel(est, features.values, ctx) @ ctx.param(_pair_weights(est), "pair_weights")
+    raw = raw + ctx.param(np.asarray(est._intercept_), "intercept_")
+    if getattr(est, "probability", False):
+        ctx.note("predict_proba not compiled (libsvm's iterative pairwise coupling)")
+    if n == 2:
+        raw = lz.reshape(raw, (lz.B,))
+        # libsvm predicts class 0 when its decision is > 0; scikit-learn flips the sign
+        return Heads(
+            {"decision_function": -raw, "predict": lz.cast(raw <= 0.0, "int32")},
+            classes=est.classes_,
+        )
+    ovr = _ovr(raw, _votes(raw, n, ctx, strict=False), n, ctx)
+    decision = ovr if est.decision_function_shape == "ovr" else raw
+    if est.break_ties and est.decision_function_shape == "ovr":
+        predict = lz.argmax(ovr, axis=1)
+    else:
+        # libsvm: the first class with the most votes
+        predict = lz.argmax(_votes(raw, n, ctx, strict=True), axis=1)
+    return Heads({"decision_function": decision, "predict": predict}, classes=est.classes_)
+
+
+@register(SVR, NuSVR, methods=("predict",), limits=f"kernels {_KERNELS}")
+def svr(est: Any, features: Features, ctx: Context) -> Heads:
+    return Heads({"predict": _dual(est, features.values, ctx)})
+
+
+@register(
+    OneClassSVM,
+    methods=("predict", "decision_function", "score_samples"),
+    limits=f"kernels {_KERNELS}",
+)
+def one_class_svm(est: Any, features: Features, ctx: Context) -> Heads:
+    decision = _dual(est, features.values, ctx)
+    score = decision + ctx.param(np.ravel(est.offset_), "offset_")[0]
+    predict = lz.where(decision > 0.0, lz.const(np.int32(1)), lz.const(np.int32(-1)))
+    return Heads({"decision_function": decision, "score_samples": score, "predict": predict})

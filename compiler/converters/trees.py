@@ -1,0 +1,258 @@
+"""scikit-learn tree models: decision trees, forests, gradient boosting, isolation forests.
+
+Each converter folds its model's arithmetic into the leaf vectors of a normalized
+:class:`~compiler.trees.Ensemble` (forest averaging, learning rates, per-class trees, isolation
+path lengths) and lets :func:`~compiler.trees.leaf_sum` pick the tree strategy.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from sklearn._loss.link import IdentityLink, LogLink
+from sklearn._loss.loss import HalfBinomialLoss, HalfMultinomialLoss
+from sklearn.dummy import DummyClassifier, DummyRegressor
+from sklearn.ensemble import (
+    ExtraTreesClassifier,
+    ExtraTreesRegressor,
+    GradientBoostingClassifier,
+    GradientBoostingRegressor,
+    HistGradientBoostingClassifier,
+    HistGradientBoostingRegressor,
+    IsolationForest,
+    RandomForestClassifier,
+    RandomForestRegressor,
+)
+from sklearn.ensemble._iforest import _average_path_length
+from sklearn.tree import (
+    DecisionTreeClassifier,
+    DecisionTreeRegressor,
+    ExtraTreeClassifier,
+    ExtraTreeRegressor,
+)
+
+import lazy as lz
+
+from ..blocks import binary_proba, decision_heads
+from ..context import Context
+from ..errors import UnsupportedError
+from ..features import Features, Heads
+from ..registry import register, unsupported_param
+from ..trees import Ensemble, from_hist_predictor, from_sklearn_tree, leaf_sum
+
+_SINGLE = (DecisionTreeClassifier, DecisionTreeRegressor, ExtraTreeClassifier, ExtraTreeRegressor)
+
+
+def _members(est: Any) -> list[Any]:
+    return [est] if isinstance(est, _SINGLE) else list(est.estimators_)
+
+
+def _squeeze(out: lz.LazyTensor) -> lz.LazyTensor:
+    return lz.reshape(out, (lz.B,)) if out.shape[1] == 1 else out
+
+
+# --- decision trees and forests -----------------------------------------------------------------
+
+
+@register(
+    DecisionTreeClassifier,
+    ExtraTreeClassifier,
+    RandomForestClassifier,
+    ExtraTreesClassifier,
+    methods=("predict", "predict_proba"),
+    limits="single-output; NaN follows the fitted missing-value direction",
+)
+def forest_classifier(est: Any, features: Features, ctx: Context) -> Heads:
+    if est.n_outputs_ != 1:
+        raise UnsupportedError(
+            f"{type(est).__name__}: multi-output classification ({est.n_outputs_} outputs) is "
+            "not supported; supported: single-output classification"
+        )
+    members = _members(est)
+    # predict_proba: the mean over trees of each tree's leaf class fractions (``tree_.value``).
+    trees = tuple(
+        from_sklearn_tree(m.tree_, m.tree_.value[:, 0, :] / len(members)) for m in members
+    )
+    proba = leaf_sum(Ensemble(trees, features.width, float32_inputs=True), features.values, ctx)
+    return Heads(
+        {"predict_proba": proba, "predict": lz.argmax(proba, axis=1)}, classes=est.classes_
+    )
+
+
+@register(
+    DecisionTreeRegressor,
+    ExtraTreeRegressor,
+    RandomForestRegressor,
+    ExtraTreesRegressor,
+    methods=("predict",),
+    limits="multi-output; NaN follows the fitted missing-value direction",
+)
+def forest_regressor(est: Any, features: Features, ctx: Context) -> Heads:
+    members = _members(est)
+    trees = tuple(
+        from_sklearn_tree(m.tree_, m.tree_.value[:, :, 0] / len(members)) for m in members
+    )
+    out = leaf_sum(Ensemble(trees, features.width, float32_inputs=True), features.values, ctx)
+    return Heads({"predict": _squeeze(out)})
+
+
+# --- gradient boosting --------------------------------------------------------------------------
+
+
+def _constant_init(est: Any) -> np.ndarray:
+    """The init estimator's raw prediction (K,): zero, or a constant Dummy estimator's."""
+    init = est.init_
+    constant = (
+        (isinstance(init, str) and init == "zero")
+        or (isinstance(init, DummyClassifier) and init.strategy in ("prior", "most_frequent"))
+        or isinstance(init, DummyRegressor)
+    )
+    if not constant:
+        raise unsupported_param(
+            est, "init", est.init, "None (the prior / mean / quantile DummyEstimator) or 'zero'"
+        )
+    # A Dummy estimator ignores X: its raw prediction for one probe row is the constant.
+    probe = np.zeros((1, est.n_features_in_), np.float32)
+    return np.asarray(est._raw_predict_init(probe), np.float64)[0]
+
+
+def _gradient_boosting(est: Any, features: Features, ctx: Context) -> lz.LazyTensor:
+    """The raw predictions (B, K): init + learning_rate × the sum of the stages' trees."""
+    stages, k = est.estimators_.shape
+    trees = []
+    for i in range(stages):
+        for j in range(k):
+            tree = est.estimators_[i, j].tree_
+            value = np.zeros((tree.node_count, k))
+            value[:, j] = est.learning_rate * tree.value[:, 0, 0]
+            trees.append(from_sklearn_tree(tree, value))
+    ensemble = Ensemble(tuple(trees), features.width, float32_inputs=True)
+    raw = leaf_sum(ensemble, features.values, ctx)
+    init = _constant_init(est)
+    return raw + ctx.param(init, "init") if np.any(init != 0) else raw
+
+
+@register(
+    GradientBoostingRegressor,
+    methods=("predict",),
+    limits="init: the default Dummy estimator or 'zero'",
+)
+def gradient_boosting_regressor(est: Any, features: Features, ctx: Context) -> Heads:
+    return Heads({"predict": _squeeze(_gradient_boosting(est, features, ctx))})
+
+
+@register(
+    GradientBoostingClassifier,
+    methods=("predict", "predict_proba", "decision_function"),
+    limits="log_loss (sigmoid / softmax) and exponential loss; init: the default Dummy "
+    "estimator or 'zero'",
+)
+def gradient_boosting_classifier(est: Any, features: Features, ctx: Context) -> Heads:
+    raw = _gradient_boosting(est, features, ctx)
+    if raw.shape[1] > 1:
+        return decision_heads(raw, est.classes_, predict_proba=lz.softmax(raw, axis=1))
+    decision = _squeeze(raw)
+    # exponential loss: p = expit(2 · raw); binary log_loss: p = expit(raw).
+    logit = decision * 2.0 if est.loss == "exponential" else decision
+    return Heads(
+        {
+            "decision_function": decision,
+            "predict_proba": binary_proba(lz.sigmoid(logit)),
+            "predict": lz.cast(decision >= 0.0, "int32"),  # scikit-learn: raw >= 0 → class 1
+        },
+        classes=est.classes_,
+    )
+
+
+# --- histogram gradient boosting ----------------------------------------------------------------
+
+
+def _hist_gradient_boosting(est: Any, features: Features, ctx: Context) -> lz.LazyTensor:
+    """The raw predictions (B, K): baseline + the sum of every iteration's trees."""
+    if est.is_categorical_ is not None and np.any(est.is_categorical_):
+        raise unsupported_param(
+            est, "categorical_features", est.categorical_features, "numeric features only"
+        )
+    k = est.n_trees_per_iteration_
+    trees = tuple(
+        from_hist_predictor(predictor.nodes, j, k)
+        for iteration in est._predictors
+        for j, predictor in enumerate(iteration)
+    )
+    if not trees:  # stopped before the first iteration: the baseline alone
+        raise UnsupportedError(f"{type(est).__name__} has no trees (n_iter_ == 0)")
+    # HistGradientBoosting compares float64 values: no float32 rounding of the input.
+    raw = leaf_sum(Ensemble(trees, features.width, float32_inputs=False), features.values, ctx)
+    baseline = np.asarray(est._baseline_prediction, np.float64).reshape(-1)
+    return raw + ctx.param(baseline, "baseline") if np.any(baseline != 0) else raw
+
+
+@register(
+    HistGradientBoostingRegressor,
+    methods=("predict",),
+    limits="numeric features (categorical_features: not yet); identity or log link",
+)
+def hist_gradient_boosting_regressor(est: Any, features: Features, ctx: Context) -> Heads:
+    link = est._loss.link
+    if not isinstance(link, IdentityLink | LogLink):
+        raise unsupported_param(est, "loss", est.loss, "a loss with identity or log link")
+    raw = _squeeze(_hist_gradient_boosting(est, features, ctx))
+    return Heads({"predict": lz.exp(raw) if isinstance(link, LogLink) else raw})
+
+
+@register(
+    HistGradientBoostingClassifier,
+    methods=("predict", "predict_proba", "decision_function"),
+    limits="numeric features (categorical_features: not yet); binary sigmoid, multiclass softmax",
+)
+def hist_gradient_boosting_classifier(est: Any, features: Features, ctx: Context) -> Heads:
+    if not isinstance(est._loss, HalfBinomialLoss | HalfMultinomialLoss):
+        raise unsupported_param(est, "loss", est.loss, "log_loss")
+    raw = _hist_gradient_boosting(est, features, ctx)
+    if raw.shape[1] == 1:
+        decision = _squeeze(raw)
+        proba = binary_proba(lz.sigmoid(decision))
+    else:
+        decision, proba = raw, lz.softmax(raw, axis=1)
+    # scikit-learn: binary raw > 0 → class 1, multiclass first argmax: as decision_heads.
+    return decision_heads(decision, est.classes_, predict_proba=proba)
+
+
+# --- isolation forest ---------------------------------------------------------------------------
+
+
+@register(
+    IsolationForest,
+    methods=("predict", "decision_function", "score_samples"),
+    limits="NaN follows the fitted missing-value direction",
+)
+def isolation_forest(est: Any, features: Features, ctx: Context) -> Heads:
+    subsampled = est._max_features != features.width
+    trees = []
+    for i, (member, columns) in enumerate(
+        zip(est.estimators_, est.estimators_features_, strict=True)
+    ):
+        # A leaf's contribution: its depth plus the expected depth of its unsplit samples − 1.
+        leaf = est._decision_path_lengths[i] + est._average_path_length_per_tree[i] - 1.0
+        trees.append(
+            from_sklearn_tree(member.tree_, leaf[:, None], columns if subsampled else None)
+        )
+    ensemble = Ensemble(tuple(trees), features.width, float32_inputs=True)
+    depths = _squeeze(leaf_sum(ensemble, features.values, ctx))
+    denominator = len(est.estimators_) * float(_average_path_length([est._max_samples])[0])
+    if denominator == 0:  # scikit-learn scores 1 when every tree has one sample
+        scores = depths * 0.0 + 1.0  # (depths are finite)
+    else:
+        scores = lz.exp(depths * (-math.log(2.0) / denominator))  # 2 ** (−depths / denominator)
+    score_samples = -scores
+    decision = score_samples - float(est.offset_)
+    return Heads(
+        {
+            "score_samples": score_samples,
+            "decision_function": decision,
+            "predict": lz.cast(decision >= 0.0, "int32"),  # inlier unless decision < 0
+        },
+        classes=np.array([-1, 1]),
+    )

@@ -1,0 +1,151 @@
+"""A normalized tree ensemble, independent of the library that fitted it.
+
+Every tree is a binary tree of ``x[feature] <= threshold`` splits whose leaves hold a vector of K
+values; the ensemble's output is the sum over trees of the reached leaves' vectors. Converters fold
+everything model-specific (averaging, learning rates, per-class trees, path lengths) into those
+leaf vectors, so one set of strategies serves every tree model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True, eq=False)
+class Tree:
+    """One tree in flat arrays indexed by node id (the root is node 0).
+
+    At a leaf ``left == right == -1``; its feature, threshold and missing direction are unused.
+    A NaN feature value goes left iff ``missing_left``; otherwise ``x <= threshold`` goes left.
+    """
+
+    feature: np.ndarray  # (n,) int64
+    threshold: np.ndarray  # (n,) float64, the source's own value
+    left: np.ndarray  # (n,) int64
+    right: np.ndarray  # (n,) int64
+    missing_left: np.ndarray  # (n,) bool
+    value: np.ndarray  # (n, K) float64; read at leaves only
+
+    def __post_init__(self) -> None:
+        n = len(self.feature)
+        for name in ("threshold", "left", "right", "missing_left"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"tree arrays disagree in length: {name}")
+        if self.value.ndim != 2 or len(self.value) != n:
+            raise ValueError(f"tree values must be (n_nodes, K), got {self.value.shape}")
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.feature)
+
+    @cached_property
+    def is_leaf(self) -> np.ndarray:
+        return self.left < 0
+
+    @cached_property
+    def depths(self) -> np.ndarray:
+        """Depth of every node (the root has depth 0)."""
+        depth = np.zeros(self.n_nodes, np.int64)
+        for node in self.preorder:
+            if not self.is_leaf[node]:
+                depth[self.left[node]] = depth[self.right[node]] = depth[node] + 1
+        return depth
+
+    @cached_property
+    def preorder(self) -> list[int]:
+        order, stack = [], [0]
+        while stack:
+            node = stack.pop()
+            order.append(node)
+            if not self.is_leaf[node]:
+                stack += [int(self.right[node]), int(self.left[node])]
+        return order
+
+    @property
+    def max_depth(self) -> int:
+        return int(self.depths[self.preorder].max())
+
+
+@dataclass(frozen=True, eq=False)
+class Ensemble:
+    """Trees whose reached leaf vectors are summed.
+
+    ``float32_inputs``: the source compares ``float32(x)`` with its thresholds (scikit-learn's
+    ``tree_`` models); otherwise it compares the float64 value (HistGradientBoosting).
+    """
+
+    trees: tuple[Tree, ...]
+    n_features: int
+    float32_inputs: bool
+
+    def __post_init__(self) -> None:
+        if not self.trees:
+            raise ValueError("an ensemble needs at least one tree")
+        widths = {t.value.shape[1] for t in self.trees}
+        if len(widths) != 1:
+            raise ValueError(f"trees disagree in output width: {sorted(widths)}")
+
+    @property
+    def n_outputs(self) -> int:
+        return int(self.trees[0].value.shape[1])
+
+    @cached_property
+    def max_depth(self) -> int:
+        return max(t.max_depth for t in self.trees)
+
+    @cached_property
+    def max_leaves(self) -> int:
+        return max(int(t.is_leaf.sum()) for t in self.trees)
+
+    @cached_property
+    def n_nodes(self) -> int:
+        return sum(t.n_nodes for t in self.trees)
+
+
+def float32_floor(threshold: Any) -> np.ndarray:
+    """The largest float32 ``t32 <= t``: for every float32 x, ``x <= t`` iff ``x <= t32``."""
+    t = np.asarray(threshold, np.float64)
+    with np.errstate(over="ignore"):
+        t32 = t.astype(np.float32)
+    above = t32.astype(np.float64) > t
+    t32[above] = np.nextafter(t32[above], np.float32(-np.inf))
+    return t32
+
+
+def from_sklearn_tree(tree: Any, value: np.ndarray, feature_map: np.ndarray | None = None) -> Tree:
+    """A scikit-learn ``tree_`` (``sklearn.tree._tree.Tree``) with leaf vectors ``value``.
+
+    ``feature_map`` maps the tree's feature indices to input columns (bagging on feature subsets).
+    """
+    left = np.asarray(tree.children_left, np.int64)
+    leaf = left < 0
+    feature = np.where(leaf, 0, np.asarray(tree.feature, np.int64))
+    if feature_map is not None:
+        feature = np.where(leaf, 0, np.asarray(feature_map, np.int64)[feature])
+    return Tree(
+        feature=feature,
+        threshold=np.where(leaf, np.inf, np.asarray(tree.threshold, np.float64)),
+        left=np.where(leaf, -1, left),
+        right=np.where(leaf, -1, np.asarray(tree.children_right, np.int64)),
+        missing_left=np.where(leaf, True, np.asarray(tree.missing_go_to_left, bool)),
+        value=np.asarray(value, np.float64).reshape(len(left), -1),
+    )
+
+
+def from_hist_predictor(nodes: np.ndarray, k: int, n_outputs: int) -> Tree:
+    """A HistGradientBoosting ``TreePredictor.nodes`` array; its leaf values go to output ``k``."""
+    leaf = np.asarray(nodes["is_leaf"], bool)
+    value = np.zeros((len(nodes), n_outputs))
+    value[:, k] = np.where(leaf, nodes["value"], 0.0)
+    return Tree(
+        feature=np.where(leaf, 0, nodes["feature_idx"].astype(np.int64)),
+        threshold=np.where(leaf, np.inf, nodes["num_threshold"].astype(np.float64)),
+        left=np.where(leaf, -1, nodes["left"].astype(np.int64)),
+        right=np.where(leaf, -1, nodes["right"].astype(np.int64)),
+        missing_left=np.where(leaf, True, nodes["missing_go_to_left"].astype(bool)),
+        value=value,
+    )

@@ -1,0 +1,198 @@
+"""Each tree strategy against a numpy walk of the same normalized ensemble.
+
+Random ensembles (mixed depths, single-leaf trees, both missing-value directions, thresholds that
+are and are not float32 values) on rows that hit the thresholds exactly, their float32 neighbours,
+NaN and infinities.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import compiler
+import lazy as lz
+from compiler.context import Context
+from compiler.errors import UnsupportedError
+from compiler.schema import Column, InputSchema
+from compiler.trees import Ensemble, Tree, choose, float32_floor, leaf_sum
+
+N_FEATURES = 5
+
+
+def random_tree(rng: np.random.Generator, depth: int, k: int, grid: np.ndarray) -> Tree:
+    feature, threshold, left, right, missing, value = [], [], [], [], [], []
+
+    def grow(d: int) -> int:
+        i = len(feature)
+        feature.append(0)
+        threshold.append(np.inf)
+        left.append(-1)
+        right.append(-1)
+        missing.append(True)
+        value.append(rng.standard_normal(k))
+        if d < depth and (d == 0 or rng.random() < 0.8):
+            feature[i] = int(rng.integers(N_FEATURES))
+            threshold[i] = float(rng.choice(grid))
+            missing[i] = bool(rng.random() < 0.5)
+            left[i] = grow(d + 1)
+            right[i] = grow(d + 1)
+        return i
+
+    grow(0)
+    return Tree(
+        np.array(feature),
+        np.array(threshold),
+        np.array(left),
+        np.array(right),
+        np.array(missing),
+        np.array(value),
+    )
+
+
+def leaf_tree(k: int) -> Tree:
+    one = np.zeros(1, np.int64)
+    return Tree(one, np.full(1, np.inf), one - 1, one - 1, np.ones(1, bool), np.full((1, k), 0.25))
+
+
+def thresholds(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Half float32 values, half float64 values strictly between two float32 values."""
+    t32 = rng.standard_normal(n).astype(np.float32).astype(np.float64)
+    up = np.nextafter(t32.astype(np.float32), np.float32(np.inf)).astype(np.float64)
+    between = t32 + (up - t32) * rng.uniform(0.1, 0.9, n)
+    return np.concatenate([t32, between])
+
+
+def rows(rng: np.random.Generator, grid: np.ndarray, n: int = 300) -> np.ndarray:
+    """float32-representable rows: threshold values, their float32 neighbours, NaN, ±inf."""
+    g32 = float32_floor(grid)
+    special = np.concatenate(
+        [
+            g32,
+            np.nextafter(g32, np.float32(np.inf)),
+            np.nextafter(g32, np.float32(-np.inf)),
+            [np.nan, np.inf, -np.inf],
+        ]
+    ).astype(np.float32)
+    x = rng.standard_normal((n, N_FEATURES)).astype(np.float32)
+    mask = rng.random(x.shape) < 0.5
+    x[mask] = rng.choice(special, mask.sum())
+    return x.astype(np.float64)
+
+
+def reference(ensemble: Ensemble, x: np.ndarray) -> np.ndarray:
+    """The source's walk: float32(x) <= t (float64 t), or float64 x <= t; NaN by its direction."""
+    xs = x.astype(np.float32).astype(np.float64) if ensemble.float32_inputs else x
+    out = np.zeros((len(x), ensemble.n_outputs))
+    for tree in ensemble.trees:
+        for r, row in enumerate(xs):
+            node = 0
+            while not tree.is_leaf[node]:
+                v = row[tree.feature[node]]
+                go_left = tree.missing_left[node] if np.isnan(v) else v <= tree.threshold[node]
+                node = tree.left[node] if go_left else tree.right[node]
+            out[r] += tree.value[node]
+    return out
+
+
+def ensemble(seed: int, depth: int, n_trees: int = 6, k: int = 2, f32: bool = True) -> Ensemble:
+    rng = np.random.default_rng(seed)
+    grid = thresholds(rng, 8)
+    trees = [random_tree(rng, depth, k, grid) for _ in range(n_trees)]
+    return Ensemble((*trees, leaf_tree(k)), N_FEATURES, float32_inputs=f32), grid
+
+
+def run(ens: Ensemble, x: np.ndarray, strategy: str, backend: str, dtype: str) -> np.ndarray:
+    options = compiler.CompileOptions(tree_strategy=strategy, dtype=dtype, backend=backend)
+    builder = lz.Builder()
+    xin = builder.input("x", (N_FEATURES,), dtype)
+    schema = InputSchema(tuple(Column(f"x{i}") for i in range(N_FEATURES)), named=False)
+    ctx = Context(builder, options, schema)
+    program = builder.build({"out": leaf_sum(ens, xin, ctx)})
+    if backend == "interpreter":
+        return lz.run_program(program, {"x": x})["out"]
+    compiled = lz.compile(program, options.lazy_options(), warmup=False)
+    return compiled({"x": x.astype(dtype)})["out"]
+
+
+STRATEGIES = ("traversal", "perfect", "gemm")
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("backend", ["jax", "interpreter"])
+@pytest.mark.parametrize(("depth", "f32"), [(2, True), (6, True), (4, False)])
+def test_strategy_matches_reference(strategy: str, backend: str, depth: int, f32: bool) -> None:
+    ens, grid = ensemble(depth, depth, f32=f32)
+    x = rows(np.random.default_rng(depth + 100), grid)
+    expected = reference(ens, x)
+    got = run(ens, x, strategy, backend, "float32")
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_float64_graph_compares_float64_where_the_source_does(strategy: str) -> None:
+    # HistGradientBoosting compares float64 values: a float64 graph keeps them unrounded (the
+    # float64 interpreter shows it; jax without x64 would lower the graph to float32).
+    ens, grid = ensemble(3, 4, f32=False)
+    offsets = np.array([[-1e-12], [0.0], [1e-12]])
+    x = np.concatenate([grid[None, :N_FEATURES] + offsets, grid[None, -N_FEATURES:] + offsets])
+    got = run(ens, x, strategy, "interpreter", "float64")
+    np.testing.assert_allclose(got, reference(ens, x), rtol=1e-12)
+
+
+def test_single_leaf_trees_are_constant() -> None:
+    ens = Ensemble((leaf_tree(3), leaf_tree(3)), N_FEATURES, True)
+    x = np.random.default_rng(0).standard_normal((4, N_FEATURES))
+    for strategy in STRATEGIES:
+        np.testing.assert_allclose(run(ens, x, strategy, "jax", "float32"), np.full((4, 3), 0.5))
+
+
+def test_float32_floor() -> None:
+    t = np.array([0.1, 1.0, -0.1, 1e39, -1e39, np.inf, -np.inf, 2.0**-149 / 3])
+    t32 = float32_floor(t)
+    assert t32.dtype == np.float32
+    assert np.all(t32.astype(np.float64) <= t)
+    with np.errstate(over="ignore"):
+        above = np.nextafter(t32, np.float32(np.inf)).astype(np.float64)
+    assert np.all((above > t) | np.isinf(t32))
+
+
+def test_auto_and_unsupported_strategies() -> None:
+    shallow, _ = ensemble(0, 3)
+    deep, _ = ensemble(0, 6)
+    assert choose(shallow, "auto") == "gemm"
+    assert choose(deep, "auto") == "traversal"
+    for name in ("bitvector", "hybrid", "nonsense"):
+        with pytest.raises(UnsupportedError, match="tree_strategy"):
+            choose(shallow, name)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_each_strategy_reproduces_fitted_models(strategy: str) -> None:
+    """Strategies agree with scikit-learn through the converters (the interpreter: no compile);
+    the compile report names the strategy."""
+    from sklearn.datasets import make_classification
+    from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier
+
+    x, y = make_classification(120, N_FEATURES, random_state=0)
+    x[::9, 1] = np.nan
+    x = x.astype(np.float32).astype(np.float64)
+    forest = RandomForestClassifier(n_estimators=4, max_depth=5, random_state=0).fit(x, y)
+    boosted = GradientBoostingClassifier(n_estimators=4, max_depth=3, random_state=0)
+    boosted.fit(np.nan_to_num(x), y)
+    options = compiler.CompileOptions(tree_strategy=strategy, backend="interpreter")
+    for est, data in ((forest, x), (boosted, np.nan_to_num(x))):
+        model = compiler.compile(est, options=options)
+        assert model.report.steps[0].detail.startswith(f"trees: {strategy} ")
+        np.testing.assert_allclose(model.predict_proba(data), est.predict_proba(data), atol=1e-6)
+        np.testing.assert_array_equal(model.predict(data), est.predict(data))
+
+
+def test_unimplemented_strategy_is_refused_at_compile() -> None:
+    from sklearn.tree import DecisionTreeRegressor
+
+    x = np.random.default_rng(0).standard_normal((50, N_FEATURES))
+    est = DecisionTreeRegressor(max_depth=2).fit(x, x[:, 0])
+    options = compiler.CompileOptions(tree_strategy="bitvector", backend="interpreter")
+    with pytest.raises(compiler.UnsupportedError, match="bitvector"):
+        compiler.compile(est, options=options)
