@@ -5,22 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from sklearn.base import BaseEstimator, TransformerMixin
+from cases_core import Doubler
 from sklearn.datasets import make_classification
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 import compiler
-
-
-class Doubler(TransformerMixin, BaseEstimator):
-    def fit(self, x, y=None):
-        self.n_features_in_ = np.asarray(x).shape[1]
-        return self
-
-    def transform(self, x):
-        return np.asarray(x, dtype=float) * 2.0
 
 
 @pytest.fixture(scope="module")
