@@ -39,7 +39,7 @@ class Context:
     # -- converting ----------------------------------------------------------------------------
     def convert(self, estimator: Any, features: Features, name: str) -> Heads:
         """Convert ``estimator`` applied to ``features`` (the one entry point for every step)."""
-        check_is_fitted(estimator)
+        check_fitted(estimator)
         self._path.append(name)
         try:
             try:
@@ -125,6 +125,13 @@ class Context:
         )
         self.report.steps.append(StepReport(self.path, type(estimator).__name__, "host"))
         return Heads({"transform": out})
+
+
+def check_fitted(estimator: Any) -> None:
+    """scikit-learn's fitted check, for estimators. LightGBM / XGBoost Boosters have no ``fit``:
+    they exist trained, and their converters check the rest."""
+    if hasattr(estimator, "fit"):
+        check_is_fitted(estimator)
 
 
 def _output_width(estimator: Any, width: int) -> int:

@@ -7,11 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sklearn.utils.validation import check_is_fitted
 
 import lazy as lz
 
-from .context import Context
+from .context import Context, check_fitted
 from .errors import UnsupportedError
 from .features import Features, Heads
 from .options import METHODS, CompileOptions
@@ -33,7 +32,7 @@ class Traced:
 def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None = None) -> Traced:
     """Convert ``estimator`` into a lazy program (no compilation)."""
     options = options or CompileOptions()
-    check_is_fitted(estimator)
+    check_fitted(estimator)
     schema = schema_for(estimator, sample)
     builder = lz.Builder()
     x = builder.input("x", (len(schema.columns),), options.dtype)
@@ -42,7 +41,10 @@ def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None 
     methods = _methods(estimator, heads, options)
     outputs = {m: heads.outputs[m] for m in methods}
     program = builder.build(outputs)
-    ctx.schema.rejects_nan = _columns_rejecting_nan(estimator, ctx.schema, sample)
+    # A converter may vouch that the source accepts NaN where probing cannot ask it
+    # (xgboost.Booster predicts only on a DMatrix).
+    if not heads.extra.get("accepts_nan"):
+        ctx.schema.rejects_nan = _columns_rejecting_nan(estimator, ctx.schema, sample)
     report = ctx.report
     report.methods = methods
     report.graph_nodes = sum(len(g.order) for g in program.graphs)

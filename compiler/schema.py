@@ -236,6 +236,19 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _booster_width(estimator: Any) -> int | None:
+    """The input width a LightGBM (``num_feature()``) or XGBoost (``num_features()``) Booster
+    records; None for anything else."""
+    for name in ("num_feature", "num_features"):
+        method = getattr(estimator, name, None)
+        if callable(method):
+            try:
+                return int(method())
+            except ValueError:  # XGBoostError: an untrained Booster
+                return None
+    return None
+
+
 def schema_for(estimator: Any, sample: Any = None) -> InputSchema:
     """Columns from the fitted estimator (``feature_names_in_``, ``n_features_in_``) and kinds from
     an optional sample (a DataFrame's dtypes)."""
@@ -245,6 +258,8 @@ def schema_for(estimator: Any, sample: Any = None) -> InputSchema:
         named = True
     else:
         n = getattr(estimator, "n_features_in_", None)
+        if n is None:
+            n = _booster_width(estimator)
         if n is None and sample is not None:
             n = np.asarray(sample).shape[1]
         if n is None:

@@ -64,6 +64,21 @@ def _in_bounds(n: Node, data: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return idx
 
 
+def _ctz(n: Node, x: np.ndarray) -> np.ndarray:
+    # The lowest set bit, isolated in the operand's own width, is a power of two that float64
+    # holds exactly: frexp gives its exponent. The oracle widens int32, so take the width from
+    # the declared dtype.
+    bits = np.dtype(n.inputs[0].dtype).itemsize * 8
+    u = x.astype(np.dtype(f"uint{bits}"))
+    low = u & (~u + np.array(1, u.dtype))
+    exponent = np.frexp(low.astype(np.float64))[1]
+    return np.where(u == 0, bits, exponent - 1)
+
+
+def _reduce_and(n: Node, x: np.ndarray) -> np.ndarray:
+    return np.bitwise_and.reduce(x, axis=n.attr("axes"), keepdims=n.attr("keepdims"))
+
+
 def _slice(n: Node, x: np.ndarray) -> np.ndarray:
     axis = n.attr("axis") % x.ndim
     index = (slice(None),) * axis + (slice(n.attr("start"), n.attr("stop"), n.attr("step")),)
@@ -90,6 +105,7 @@ RULES: dict[Op, Rule] = {
     Op.FLOOR: _elementwise(np.floor),
     Op.ISNAN: _elementwise(np.isnan),
     Op.NOT: lambda n, a, ctx: np.logical_not(a[0]) if a[0].dtype == bool else np.invert(a[0]),
+    Op.CTZ: lambda n, a, ctx: _ctz(n, a[0]),
     Op.ADD: _elementwise(np.add),
     Op.SUB: _elementwise(np.subtract),
     Op.MUL: _elementwise(np.multiply),
@@ -116,6 +132,7 @@ RULES: dict[Op, Rule] = {
     Op.SUM: lambda n, a, ctx: np.sum(a[0], axis=n.attr("axes"), keepdims=n.attr("keepdims")),
     Op.MAX: lambda n, a, ctx: np.max(a[0], axis=n.attr("axes"), keepdims=n.attr("keepdims")),
     Op.MIN: lambda n, a, ctx: np.min(a[0], axis=n.attr("axes"), keepdims=n.attr("keepdims")),
+    Op.REDUCE_AND: lambda n, a, ctx: _reduce_and(n, a[0]),
     Op.LOGSUMEXP: lambda n, a, ctx: _logsumexp(a[0], n.attr("axes"), n.attr("keepdims")),
     Op.ARGMAX: lambda n, a, ctx: np.argmax(a[0], axis=n.attr("axis")),
     Op.SOFTMAX: lambda n, a, ctx: _softmax(a[0], n.attr("axis")),

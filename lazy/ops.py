@@ -40,6 +40,7 @@ class Op(enum.Enum):
     FLOOR = "floor"
     ISNAN = "isnan"
     NOT = "not"
+    CTZ = "ctz"
     # elementwise, two operands
     ADD = "add"
     SUB = "sub"
@@ -68,6 +69,7 @@ class Op(enum.Enum):
     SUM = "sum"
     MAX = "max"
     MIN = "min"
+    REDUCE_AND = "reduce_and"
     ARGMAX = "argmax"
     LOGSUMEXP = "logsumexp"
     SOFTMAX = "softmax"
@@ -381,6 +383,8 @@ def _build_table() -> dict[Op, OpSpec]:
         add(op, 1, (), _numeric_unary(op), "unary")
     add(Op.ISNAN, 1, (), _unary(dt.FLOATS, "floating-point", result="bool")(Op.ISNAN), "unary")
     add(Op.NOT, 1, (), _unary(_LOGICAL, "boolean or integer")(Op.NOT), "unary")
+    # Count trailing zeros: the index of the lowest set bit (the bit width for 0), as int32.
+    add(Op.CTZ, 1, (), _unary(dt.INTS, "integer", result="int32")(Op.CTZ), "unary")
     for op in (Op.ADD, Op.SUB, Op.MUL, Op.MAXIMUM, Op.MINIMUM):
         add(op, 2, (), _numeric_binary(op), "binary")
     for op in (Op.DIV, Op.POW):
@@ -398,6 +402,14 @@ def _build_table() -> dict[Op, OpSpec]:
     add(Op.TAKE_ALONG, 2, ("axis",), _take_along, "gather")
     for op in (Op.SUM, Op.MAX, Op.MIN):
         add(op, 1, ("axes", "keepdims"), _reduction(dt.NUMERIC, "numeric")(op), "reduction")
+    # Bitwise AND over axes (logical for bools); the empty AND is all ones.
+    add(
+        Op.REDUCE_AND,
+        1,
+        ("axes", "keepdims"),
+        _reduction(_LOGICAL, "boolean or integer")(Op.REDUCE_AND),
+        "reduction",
+    )
     add(
         Op.LOGSUMEXP,
         1,

@@ -332,6 +332,11 @@ def isnan(x: LazyTensor) -> LazyTensor:
     return _apply(Op.ISNAN, x)
 
 
+def ctz(x: LazyTensor) -> LazyTensor:
+    """Count trailing zeros of integers: the lowest set bit's index (the bit width for 0), int32."""
+    return _apply(Op.CTZ, x)
+
+
 def maximum(a: Any, b: Any) -> LazyTensor:
     return _apply(Op.MAXIMUM, a, b)
 
@@ -375,6 +380,11 @@ def max(x: LazyTensor, axis: int | Sequence[int] = -1, keepdims: bool = False) -
 
 def min(x: LazyTensor, axis: int | Sequence[int] = -1, keepdims: bool = False) -> LazyTensor:
     return _make(Op.MIN, [x], axes=_axes(axis), keepdims=keepdims)
+
+
+def reduce_and(x: LazyTensor, axis: int | Sequence[int] = -1, keepdims: bool = False) -> LazyTensor:
+    """Bitwise AND over ``axis`` (logical AND for bools)."""
+    return _make(Op.REDUCE_AND, [x], axes=_axes(axis), keepdims=keepdims)
 
 
 def logsumexp(x: LazyTensor, axis: int | Sequence[int] = -1, keepdims: bool = False) -> LazyTensor:

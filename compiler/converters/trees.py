@@ -32,6 +32,7 @@ from sklearn.tree import (
     ExtraTreeClassifier,
     ExtraTreeRegressor,
 )
+from sklearn.utils._missing import is_scalar_nan
 
 import lazy as lz
 
@@ -169,22 +170,41 @@ def gradient_boosting_classifier(est: Any, features: Features, ctx: Context) -> 
 # --- histogram gradient boosting ----------------------------------------------------------------
 
 
+def _hist_inputs(est: Any, features: Features, ctx: Context) -> tuple[lz.LazyTensor, int]:
+    """The matrix the trees read and its number of category codes: with categorical features,
+    ``_preprocessor``'s output — the categorical columns first, as OrdinalEncoder codes (NaN for
+    missing and unknown categories), then the numeric columns."""
+    mask = est.is_categorical_
+    if mask is None or not np.any(mask):
+        return features.values, 0
+    encoder = est._preprocessor.named_transformers_["encoder"]
+    codes = ctx.convert(encoder, features.select(np.flatnonzero(mask)), "_preprocessor")
+    numeric = features.select(np.flatnonzero(~mask))
+    values = Features.concat([codes.features(), numeric]).values
+    # codes 0..n-1 are the known categories; a fitted missing-value category (last) is NaN
+    known = [len(c) - int(len(c) > 0 and is_scalar_nan(c[-1])) for c in encoder.categories_]
+    return values, max(max(known), 1)
+
+
 def _hist_gradient_boosting(est: Any, features: Features, ctx: Context) -> lz.LazyTensor:
     """The raw predictions (B, K): baseline + the sum of every iteration's trees."""
-    if est.is_categorical_ is not None and np.any(est.is_categorical_):
-        raise unsupported_param(
-            est, "categorical_features", est.categorical_features, "numeric features only"
-        )
+    x, n_categories = _hist_inputs(est, features, ctx)
     k = est.n_trees_per_iteration_
     trees = tuple(
-        from_hist_predictor(predictor.nodes, j, k)
+        from_hist_predictor(
+            predictor.nodes,
+            j,
+            k,
+            predictor.raw_left_cat_bitsets if n_categories else None,
+            n_categories,
+        )
         for iteration in est._predictors
         for j, predictor in enumerate(iteration)
     )
     if not trees:  # stopped before the first iteration: the baseline alone
         raise UnsupportedError(f"{type(est).__name__} has no trees (n_iter_ == 0)")
     # HistGradientBoosting compares float64 values: no float32 rounding of the input.
-    raw = leaf_sum(Ensemble(trees, features.width, float32_inputs=False), features.values, ctx)
+    raw = leaf_sum(Ensemble(trees, int(x.shape[1]), float32_inputs=False), x, ctx)
     baseline = np.asarray(est._baseline_prediction, np.float64).reshape(-1)
     return raw + ctx.param(baseline, "baseline") if np.any(baseline != 0) else raw
 
@@ -192,7 +212,7 @@ def _hist_gradient_boosting(est: Any, features: Features, ctx: Context) -> lz.La
 @register(
     HistGradientBoostingRegressor,
     methods=("predict",),
-    limits="numeric features (categorical_features: not yet); identity or log link",
+    limits="categorical features (unknown categories go the missing-value way); identity or log link",
 )
 def hist_gradient_boosting_regressor(est: Any, features: Features, ctx: Context) -> Heads:
     link = est._loss.link
@@ -205,7 +225,7 @@ def hist_gradient_boosting_regressor(est: Any, features: Features, ctx: Context)
 @register(
     HistGradientBoostingClassifier,
     methods=("predict", "predict_proba", "decision_function"),
-    limits="numeric features (categorical_features: not yet); binary sigmoid, multiclass softmax",
+    limits="categorical features (unknown categories go the missing-value way); binary sigmoid, multiclass softmax",
 )
 def hist_gradient_boosting_classifier(est: Any, features: Features, ctx: Context) -> Heads:
     if not isinstance(est._loss, HalfBinomialLoss | HalfMultinomialLoss):

@@ -21,6 +21,10 @@ class Tree:
 
     At a leaf ``left == right == -1``; its feature, threshold and missing direction are unused.
     A NaN feature value goes left iff ``missing_left``; otherwise ``x <= threshold`` goes left.
+
+    Categorical splits (optional): at a node with ``is_categorical``, the feature holds an integer
+    category code c and goes left iff ``category_left[node, c]``; NaN, and a code outside the
+    table, is missing (left iff ``missing_left``). Only the traversal strategy evaluates them.
     """
 
     feature: np.ndarray  # (n,) int64
@@ -29,6 +33,8 @@ class Tree:
     right: np.ndarray  # (n,) int64
     missing_left: np.ndarray  # (n,) bool
     value: np.ndarray  # (n, K) float64; read at leaves only
+    is_categorical: np.ndarray | None = None  # (n,) bool
+    category_left: np.ndarray | None = None  # (n, C) bool
 
     def __post_init__(self) -> None:
         n = len(self.feature)
@@ -37,6 +43,18 @@ class Tree:
                 raise ValueError(f"tree arrays disagree in length: {name}")
         if self.value.ndim != 2 or len(self.value) != n:
             raise ValueError(f"tree values must be (n_nodes, K), got {self.value.shape}")
+        if (self.is_categorical is None) != (self.category_left is None):
+            raise ValueError("categorical splits need both is_categorical and category_left")
+        if self.category_left is not None and (
+            len(self.is_categorical) != n  # type: ignore[arg-type]
+            or self.category_left.ndim != 2
+            or len(self.category_left) != n
+        ):
+            raise ValueError("categorical split tables must be (n_nodes,) and (n_nodes, C)")
+
+    @property
+    def has_categorical(self) -> bool:
+        return self.is_categorical is not None and bool(self.is_categorical[~self.is_leaf].any())
 
     @property
     def n_nodes(self) -> int:
@@ -105,6 +123,19 @@ class Ensemble:
     def n_nodes(self) -> int:
         return sum(t.n_nodes for t in self.trees)
 
+    @cached_property
+    def has_categorical(self) -> bool:
+        """Whether any split is categorical (only the traversal strategy evaluates those)."""
+        return any(t.has_categorical for t in self.trees)
+
+    @cached_property
+    def n_categories(self) -> int:
+        """The width of the widest category table (0 without categorical splits)."""
+        return max(
+            (t.category_left.shape[1] for t in self.trees if t.category_left is not None),
+            default=0,
+        )
+
 
 def float32_floor(threshold: Any) -> np.ndarray:
     """The largest float32 ``t32 <= t``: for every float32 x, ``x <= t`` iff ``x <= t32``."""
@@ -136,11 +167,30 @@ def from_sklearn_tree(tree: Any, value: np.ndarray, feature_map: np.ndarray | No
     )
 
 
-def from_hist_predictor(nodes: np.ndarray, k: int, n_outputs: int) -> Tree:
-    """A HistGradientBoosting ``TreePredictor.nodes`` array; its leaf values go to output ``k``."""
+def from_hist_predictor(
+    nodes: np.ndarray,
+    k: int,
+    n_outputs: int,
+    left_cat_bitsets: np.ndarray | None = None,
+    n_categories: int = 0,
+) -> Tree:
+    """A HistGradientBoosting ``TreePredictor.nodes`` array; its leaf values go to output ``k``.
+
+    ``left_cat_bitsets``: the predictor's ``raw_left_cat_bitsets`` ((splits, 8) uint32, bit c of
+    row ``bitset_idx``: category code c goes left), read for codes ``0..n_categories - 1``.
+    """
     leaf = np.asarray(nodes["is_leaf"], bool)
     value = np.zeros((len(nodes), n_outputs))
     value[:, k] = np.where(leaf, nodes["value"], 0.0)
+    is_categorical = category_left = None
+    if left_cat_bitsets is not None and n_categories > 0:
+        is_categorical = np.asarray(nodes["is_categorical"], bool) & ~leaf
+        codes = np.arange(n_categories)
+        words = np.asarray(left_cat_bitsets, np.uint64)[:, codes // 32]  # (splits, C)
+        bits = ((words >> (codes % 32).astype(np.uint64)) & np.uint64(1)).astype(bool)
+        category_left = np.zeros((len(nodes), n_categories), bool)
+        rows = np.flatnonzero(is_categorical)
+        category_left[rows] = bits[np.asarray(nodes["bitset_idx"], np.int64)[rows]]
     return Tree(
         feature=np.where(leaf, 0, nodes["feature_idx"].astype(np.int64)),
         threshold=np.where(leaf, np.inf, nodes["num_threshold"].astype(np.float64)),
@@ -148,4 +198,6 @@ def from_hist_predictor(nodes: np.ndarray, k: int, n_outputs: int) -> Tree:
         right=np.where(leaf, -1, nodes["right"].astype(np.int64)),
         missing_left=np.where(leaf, True, nodes["missing_go_to_left"].astype(bool)),
         value=value,
+        is_categorical=is_categorical,
+        category_left=category_left,
     )

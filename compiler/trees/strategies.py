@@ -36,6 +36,7 @@ GEMM_AUTO_ENTRIES = 1 << 16
 #: explicit requests beyond these sizes are refused (the tables would not fit sensibly).
 GEMM_MAX_ENTRIES = 1 << 24
 PERFECT_MAX_LEAVES = 1 << 22
+BITVECTOR_MAX_TERMS = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,10 @@ def traversal(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTens
     depth = ensemble.max_depth
     if depth == 0:
         return _constant(_root_values(ensemble), x, ctx)
+    if ensemble.has_categorical:
+        from .categorical import categorical_traversal  # it builds on this module's helpers
+
+        return categorical_traversal(ensemble, x, ctx)
     dec = _decision(ensemble, x, ctx)
     g = _linked(ensemble)
     any_nan_right = bool(g.nan_right.any())
@@ -300,13 +305,25 @@ def gemm(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
 
 # --- choosing -----------------------------------------------------------------------------------
 
+# These build on this module's helpers, which are defined by the time the imports run.
+from .hybrid import hybrid  # noqa: E402
+from .quickscorer import bitvector  # noqa: E402
+
 Strategy = Callable[[Ensemble, lz.LazyTensor, Context], lz.LazyTensor]
-IMPLEMENTED: dict[str, Strategy] = {"traversal": traversal, "perfect": perfect, "gemm": gemm}
+IMPLEMENTED: dict[str, Strategy] = {
+    "traversal": traversal,
+    "perfect": perfect,
+    "gemm": gemm,
+    "bitvector": bitvector,
+    "hybrid": hybrid,
+}
 
 
 def choose(ensemble: Ensemble, requested: str) -> str:
     """The strategy to use for ``requested`` (``auto``: GEMM for shallow small ensembles, else
     traversal — a fixed rule until a measured cost model replaces it)."""
+    if ensemble.has_categorical:  # categorical splits: only traversal evaluates them
+        return "traversal"
     n_trees, n_splits, n_leaves = _gemm_shape(ensemble)
     entries = n_trees * n_splits * n_leaves
     if requested == "auto":
@@ -320,6 +337,13 @@ def choose(ensemble: Ensemble, requested: str) -> str:
         raise UnsupportedError(
             f"tree_strategy='gemm' needs {entries} path-matrix entries (limit {GEMM_MAX_ENTRIES}); "
             "use 'traversal'"
+        )
+    terms = n_trees * n_splits * -(-n_leaves // 32)  # per row: mask words ANDed
+    if requested == "bitvector" and terms > BITVECTOR_MAX_TERMS:
+        raise UnsupportedError(
+            f"tree_strategy='bitvector' ANDs {terms} mask words per row ({n_trees} trees × "
+            f"{n_splits} splits × {-(-n_leaves // 32)} words; limit {BITVECTOR_MAX_TERMS}); "
+            "use 'traversal' or 'hybrid'"
         )
     if requested == "perfect" and len(ensemble.trees) << ensemble.max_depth > PERFECT_MAX_LEAVES:
         raise UnsupportedError(

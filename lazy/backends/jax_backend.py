@@ -55,6 +55,17 @@ def _take(data: Any, idx: Any, axis: int) -> Any:
     return data.at[index].get(mode=_GATHER, wrap_negative_indices=False)
 
 
+def _ctz(x: Any) -> Any:
+    # ~x & (x - 1) sets exactly the trailing zero bits (all bits for 0).
+    return lax.population_count(~x & (x - 1)).astype(jnp.int32)
+
+
+def _reduce_and(n: Node, a: list[Any], low: Lowering) -> Any:
+    axes = tuple(sorted({axis % a[0].ndim for axis in n.attr("axes")}))
+    out = lax.reduce_and(a[0], axes)
+    return lax.expand_dims(out, axes) if n.attr("keepdims") else out
+
+
 RULES: dict[Op, Rule] = {
     Op.INPUT: lambda n, a, low: low.inputs[n.attr("name")],
     Op.PARAM: lambda n, a, low: low.params[n.attr("name")],
@@ -71,6 +82,7 @@ RULES: dict[Op, Rule] = {
     Op.FLOOR: _unary(jnp.floor),
     Op.ISNAN: _unary(jnp.isnan),
     Op.NOT: _unary(lax.bitwise_not),
+    Op.CTZ: _unary(_ctz),
     Op.ADD: _binary(jnp.add),
     Op.SUB: _binary(jnp.subtract),
     Op.MUL: _binary(jnp.multiply),
@@ -99,6 +111,7 @@ RULES: dict[Op, Rule] = {
     ),
     Op.MAX: lambda n, a, low: jnp.max(a[0], axis=n.attr("axes"), keepdims=n.attr("keepdims")),
     Op.MIN: lambda n, a, low: jnp.min(a[0], axis=n.attr("axes"), keepdims=n.attr("keepdims")),
+    Op.REDUCE_AND: _reduce_and,
     Op.LOGSUMEXP: lambda n, a, low: jax.nn.logsumexp(
         a[0], axis=n.attr("axes"), keepdims=n.attr("keepdims")
     ),

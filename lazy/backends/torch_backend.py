@@ -126,6 +126,30 @@ def _sum(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
     return torch.sum(a[0], dim=n.attr("axes"), keepdim=n.attr("keepdims"), dtype=dtype)
 
 
+def _ctz(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
+    # torch has no bit counting: the lowest set bit x & -x (on the signed view) is ±2**k, which
+    # float64 holds exactly; frexp gives k + 1.
+    x = a[0]
+    bits = torch.iinfo(x.dtype).bits
+    lowest = (x & torch.neg(x)).to(torch.float64).abs()
+    k = torch.frexp(lowest).exponent - 1
+    return torch.where(x == 0, bits, k).to(torch.int32)
+
+
+def _reduce_and(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
+    # No bitwise reduction in torch: AND halves of the reduced axes until one element is left.
+    x = a[0]
+    axes = sorted({axis % x.ndim for axis in n.attr("axes")})
+    keep = [i for i in range(x.ndim) if i not in axes]
+    if any(x.shape[i] == 0 for i in axes):  # the empty AND: all ones
+        return torch.full(low.shape(n), -1 if x.dtype != torch.bool else True, dtype=x.dtype)
+    x = x.permute(*keep, *axes).reshape(*(x.shape[i] for i in keep), -1)
+    while x.shape[-1] > 1:
+        half = x.shape[-1] // 2
+        x = torch.cat([x[..., :half] & x[..., half : 2 * half], x[..., 2 * half :]], dim=-1)
+    return x.squeeze(-1).reshape(low.shape(n))
+
+
 RULES: dict[Op, Rule] = {
     Op.INPUT: lambda n, a, low: low.inputs[n.attr("name")],
     Op.PARAM: lambda n, a, low: low.params[n.attr("name")],
@@ -148,6 +172,7 @@ RULES: dict[Op, Rule] = {
             torch.logical_not(a[0]) if a[0].dtype == torch.bool else torch.bitwise_not(a[0])
         )
     ),
+    Op.CTZ: _signed_bits(_ctz),
     Op.ADD: _signed_bits(_binary(torch.add)),
     Op.SUB: _signed_bits(_binary(torch.sub)),
     Op.MUL: _signed_bits(_binary(torch.mul)),
@@ -174,6 +199,7 @@ RULES: dict[Op, Rule] = {
     Op.SUM: _signed_bits(_sum),
     Op.MAX: _signed_order(_reduce(torch.amax), values=True),
     Op.MIN: _signed_order(_reduce(torch.amin), values=True),
+    Op.REDUCE_AND: _signed_bits(_reduce_and),
     Op.LOGSUMEXP: _reduce(torch.logsumexp),
     Op.ARGMAX: _signed_order(
         lambda n, a, low: torch.argmax(a[0], dim=n.attr("axis")).to(_tdtype(n, low)), values=False

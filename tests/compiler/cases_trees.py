@@ -16,6 +16,8 @@ from sklearn.ensemble import (
     RandomForestRegressor,
 )
 from sklearn.linear_model import LinearRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 from sklearn.tree import (
     DecisionTreeClassifier,
     DecisionTreeRegressor,
@@ -258,13 +260,18 @@ UNSUPPORTED = {
         ),
         match="init",
     ),
+    # categorical features are coded on the host, so they must be raw input columns
     HistGradientBoostingClassifier: Unsupported(
-        lambda: HistGradientBoostingClassifier(max_iter=2, categorical_features=[0]),
-        match="categorical_features",
+        lambda: make_pipeline(
+            StandardScaler(), HistGradientBoostingClassifier(max_iter=2, categorical_features=[0])
+        ),
+        match="computed by an earlier step",
     ),
     HistGradientBoostingRegressor: Unsupported(
-        lambda: HistGradientBoostingRegressor(max_iter=2, categorical_features=[0]),
+        lambda: make_pipeline(
+            StandardScaler(), HistGradientBoostingRegressor(max_iter=2, categorical_features=[0])
+        ),
         data="regression",
-        match="categorical_features",
+        match="computed by an earlier step",
     ),
 }

@@ -174,6 +174,10 @@ RESULT_DTYPES = [
     ("gather keeps the data dtype", lambda t: lz.take(t.table, t.idx), "float32"),
     ("where keeps the branch dtype", lambda t: lz.where(t.c, t.i, 0), "int32"),
     ("python int lifted to uint32", lambda t: t.u + 1, "uint32"),
+    ("ctz of uint32", lambda t: lz.ctz(t.u), "int32"),
+    ("ctz of int64", lambda t: lz.ctz(lz.cast(t.i, "int64")), "int32"),
+    ("reduce_and keeps the dtype", lambda t: lz.reduce_and(t.u), "uint32"),
+    ("reduce_and of bools", lambda t: lz.reduce_and(t.c), "bool"),
 ]
 
 
@@ -212,6 +216,9 @@ DTYPE_ERRORS = [
     ("logsumexp of ints", Op.LOGSUMEXP, lambda t: lz.logsumexp(t.i)),
     ("softmax of ints", Op.SOFTMAX, lambda t: lz.softmax(t.i)),
     ("argmax of bools", Op.ARGMAX, lambda t: lz.argmax(t.c)),
+    ("ctz of float", Op.CTZ, lambda t: lz.ctz(t.x)),
+    ("ctz of bool", Op.CTZ, lambda t: lz.ctz(t.c)),
+    ("reduce_and of floats", Op.REDUCE_AND, lambda t: lz.reduce_and(t.x)),
     ("concat across dtypes", Op.CONCAT, lambda t: lz.concat([t.x, t.i])),
     ("float constant with an int tensor", Op.ADD, lambda t: t.i + 0.5),
     ("bool constant with a float tensor", Op.MUL, lambda t: t.x * True),
@@ -257,6 +264,13 @@ SHAPES = [
     ("repeated axis", lambda t: lz.sum(t.x3, (2, -1)), (B, 3)),
     ("no axes", lambda t: lz.sum(t.x3, ()), (B, 3, 4)),
     ("logsumexp", lambda t: lz.logsumexp(t.x3, 1), (B, 4)),
+    ("reduce_and", lambda t: lz.reduce_and(lz.cast(t.x3, "uint32"), 1), (B, 4)),
+    (
+        "reduce_and two axes keepdims",
+        lambda t: lz.reduce_and(lz.cast(t.x3, "int32"), (1, -1), keepdims=True),
+        (B, 1, 1),
+    ),
+    ("ctz", lambda t: lz.ctz(lz.cast(t.x3, "int32")), (B, 3, 4)),
     ("argmax", lambda t: lz.argmax(t.x3, 1), (B, 4)),
     ("softmax", lambda t: lz.softmax(t.x3, 1), (B, 3, 4)),
     # layout
@@ -346,6 +360,7 @@ ROW_MIXING = [
     ("max over axis 0", Op.MAX, lambda t: lz.max(t.x, 0)),
     ("min over axis 0", Op.MIN, lambda t: lz.min(t.x3, (0, 2), keepdims=True)),
     ("logsumexp over axis 0", Op.LOGSUMEXP, lambda t: lz.logsumexp(t.x, 0)),
+    ("reduce_and over axis 0", Op.REDUCE_AND, lambda t: lz.reduce_and(t.u, (0, 1))),
     ("argmax over axis 0", Op.ARGMAX, lambda t: lz.argmax(t.x, 0)),
     ("softmax over axis 0", Op.SOFTMAX, lambda t: lz.softmax(t.x3, 0)),
     ("concat along axis 0", Op.CONCAT, lambda t: lz.concat([t.x, t.x], axis=0)),

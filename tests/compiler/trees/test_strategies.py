@@ -16,6 +16,8 @@ from compiler.context import Context
 from compiler.errors import UnsupportedError
 from compiler.schema import Column, InputSchema
 from compiler.trees import Ensemble, Tree, choose, float32_floor, leaf_sum
+from compiler.trees.quickscorer import bit_tables
+from compiler.trees.strategies import IMPLEMENTED
 
 N_FEATURES = 5
 
@@ -115,7 +117,7 @@ def run(ens: Ensemble, x: np.ndarray, strategy: str, backend: str, dtype: str) -
     return compiled({"x": x.astype(dtype)})["out"]
 
 
-STRATEGIES = ("traversal", "perfect", "gemm")
+STRATEGIES = tuple(IMPLEMENTED)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -127,6 +129,36 @@ def test_strategy_matches_reference(strategy: str, backend: str, depth: int, f32
     expected = reference(ens, x)
     got = run(ens, x, strategy, backend, "float32")
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("strategy", ["bitvector", "hybrid"])
+@pytest.mark.parametrize("backend", ["jax", "torch", "interpreter"])
+def test_bit_vectors_across_mask_words_and_the_hybrid_cut(strategy: str, backend: str) -> None:
+    # Depth 8: trees of up to 151 leaves (5 mask words); the hybrid walks 3 levels below its cut,
+    # and some leaves sit above the cut.
+    ens, grid = ensemble(8, 8)
+    assert ens.max_leaves > 4 * 32
+    x = rows(np.random.default_rng(108), grid)
+    got = run(ens, x, strategy, backend, "float32")
+    np.testing.assert_allclose(got, reference(ens, x), rtol=1e-5, atol=1e-5)
+
+
+def test_bit_masks_rule_out_the_left_subtree() -> None:
+    # root: x0 <= 1 ? leaf 0 : (x1 <= 2 ? leaf 1 : leaf 2); a false split keeps its right leaves.
+    tree = Tree(
+        np.array([0, 0, 1, 0, 0]),
+        np.array([1.0, np.inf, 2.0, np.inf, np.inf]),
+        np.array([1, -1, 3, -1, -1]),
+        np.array([2, -1, 4, -1, -1]),
+        np.ones(5, bool),
+        np.zeros((5, 1)),
+    )
+    tables = bit_tables(Ensemble((tree,), 2, True))
+    assert tables.shape == (1, 2, 3)
+    np.testing.assert_array_equal(tables.masks[0, :, 0], [0xFFFFFFFE, 0xFFFFFFFD])
+    assert [p[0] for p in tables.paths] == [1, 3, 4]
+    cut = bit_tables(Ensemble((tree,), 2, True), cut=1)
+    assert [p for p in cut.paths] == [(1, (False,)), (2, (True,))]
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -162,9 +194,8 @@ def test_auto_and_unsupported_strategies() -> None:
     deep, _ = ensemble(0, 6)
     assert choose(shallow, "auto") == "gemm"
     assert choose(deep, "auto") == "traversal"
-    for name in ("bitvector", "hybrid", "nonsense"):
-        with pytest.raises(UnsupportedError, match="tree_strategy"):
-            choose(shallow, name)
+    with pytest.raises(UnsupportedError, match="tree_strategy"):
+        choose(shallow, "nonsense")
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -193,6 +224,6 @@ def test_unimplemented_strategy_is_refused_at_compile() -> None:
 
     x = np.random.default_rng(0).standard_normal((50, N_FEATURES))
     est = DecisionTreeRegressor(max_depth=2).fit(x, x[:, 0])
-    options = compiler.CompileOptions(tree_strategy="bitvector", backend="interpreter")
-    with pytest.raises(compiler.UnsupportedError, match="bitvector"):
+    options = compiler.CompileOptions(tree_strategy="nonsense", backend="interpreter")
+    with pytest.raises(compiler.UnsupportedError, match="nonsense"):
         compiler.compile(est, options=options)

@@ -267,6 +267,15 @@ unary_cases(
     bool=bools(),
 )
 
+unary_cases(
+    Op.CTZ,
+    lz.ctz,
+    int32=integers(-(2**31), 2**31),
+    int32_edges=choice(0, 1, -1, -(2**31), 2**30, 12, -8),
+    uint32=high_uint32(),
+    uint32_edges=choice(0, 1, 2**31, 2**32 - 1, 2**31 + 2**16, 96),
+)
+
 # elementwise, two operands
 
 _INT32 = integers(-1000, 1000)
@@ -542,6 +551,14 @@ reduction_cases(
     float32_nan=with_nans(normal(), 0.1),
     int32=_INT32,
     uint32=high_uint32(),
+)
+reduction_cases(
+    Op.REDUCE_AND,
+    lz.reduce_and,
+    int32=integers(-(2**31), 2**31),
+    uint32=high_uint32(),
+    uint32_mostly_ones=choice(2**32 - 1, 2**32 - 1, 2**32 - 2, 2**31 - 1, 2**32 - 2**16),
+    bool=choice(True, True, True, False),
 )
 reduction_cases(
     Op.LOGSUMEXP,

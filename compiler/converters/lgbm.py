@@ -1,0 +1,247 @@
+"""LightGBM: ``LGBMClassifier``, ``LGBMRegressor``, ``LGBMRanker`` and ``lightgbm.Booster``.
+
+The model is read from ``Booster.dump_model()`` (the iterations ``predict`` uses: the best one
+when early stopping recorded it). LightGBM predicting from a dense matrix decides as follows:
+
+- a value with ``|x| <= kZeroThreshold`` (``float32(1e-35)``) reaches the trees as 0.0 (only
+  "non-zero" values are copied into the prediction buffer);
+- numerical split ``x <= threshold`` in float64; missing type ``NaN``: NaN takes the default
+  direction; ``None``: NaN is read as 0.0; ``Zero``: 0 and NaN take the default direction;
+- categorical split (``==``): NaN or ``int(x) < 0`` (truncation) goes right; otherwise left iff
+  ``int(x)`` is in the node's category set.
+
+Folded into the normalized ensemble: ``None`` nodes send NaN where 0.0 goes; ``Zero`` nodes read a
+derived copy of their column with zeros (and NaN) as NaN; a categorical node reads a derived
+column that is 0 inside its category set and 1 outside, split at 0.5. Decisions compare float64
+like HistGradientBoosting: exact in a float64 graph; in a float32 graph exact for every
+float32-representable input (float64 inputs that are not may round across a threshold).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import lightgbm
+import numpy as np
+
+import lazy as lz
+
+from ..blocks import binary_proba
+from ..context import Context
+from ..errors import UnsupportedError
+from ..features import Features, Heads
+from ..registry import register
+from ..trees import Ensemble, leaf_sum
+from ._gbdt import TreeBuilder
+
+#: LightGBM's kZeroThreshold: a float literal (1e-35f) held in a double.
+ZERO = float(np.float32(1e-35))
+#: A categorical node's membership table may hold at most this many entries.
+MAX_CATEGORY_TABLE = 1 << 22
+
+_IDENTITY = {
+    "regression",
+    "regression_l1",
+    "huber",
+    "fair",
+    "quantile",
+    "mape",
+    "lambdarank",
+    "rank_xendcg",
+}
+_EXP = {"poisson", "gamma", "tweedie"}
+_SQRT_CAPABLE = {"regression", "regression_l1", "huber", "fair", "quantile", "mape"}
+OBJECTIVES = sorted([*_IDENTITY, *_EXP, "binary", "cross_entropy", "multiclass", "multiclassova"])
+
+
+@dataclass(frozen=True)
+class Objective:
+    """``dump_model()['objective']``: a name, then ``key:value`` parameters and flags."""
+
+    name: str
+    params: dict[str, str]
+    flags: frozenset[str]
+
+    @classmethod
+    def parse(cls, text: str) -> Objective:
+        name, *tokens = text.split()
+        params = dict(t.split(":", 1) for t in tokens if ":" in t)
+        return cls(name, params, frozenset(t for t in tokens if ":" not in t))
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    ensemble: Ensemble
+    zero: tuple[int, ...]  # features whose derived column reads zero as missing
+    categories: tuple[tuple[int, tuple[int, ...]], ...]  # derived membership columns
+    rounds_zero: bool  # some threshold lies in the zero band: inputs must be rounded to 0
+
+
+def _parse(dump: dict[str, Any], width: int) -> _Parsed:
+    k = int(dump["num_tree_per_iteration"])
+    infos = dump["tree_info"]
+    if not infos:
+        raise UnsupportedError("the LightGBM model has no trees")
+    scale = k / len(infos) if dump.get("average_output") else 1.0  # rf: the mean of iterations
+    derived: dict[tuple[Any, ...], int] = {}  # ("zero", f) or ("cat", f, set) → provisional id
+    rounds_zero = False
+    builders = []
+    for i, info in enumerate(infos):
+        builder = TreeBuilder(k)
+        stack = [(info["tree_structure"], 0)]
+        while stack:
+            node, nid = stack.pop()
+            if "leaf_value" in node:
+                if "leaf_coeff" in node:
+                    raise UnsupportedError(
+                        "LightGBM linear trees (linear_tree=True) are not supported; supported: "
+                        "constant leaves"
+                    )
+                builder.leaf(nid, i % k, float(node["leaf_value"]) * scale)
+                continue
+            f = int(node["split_feature"])
+            kind = node["decision_type"]
+            if kind == "==":
+                cats = tuple(sorted({int(c) for c in str(node["threshold"]).split("||")}))
+                column = width + derived.setdefault(("cat", f, cats), len(derived))
+                left, right = builder.split(nid, column, 0.5, False)
+            elif kind == "<=":
+                t = float(node["threshold"])
+                missing = node["missing_type"]
+                if missing == "Zero":
+                    column = width + derived.setdefault(("zero", f), len(derived))
+                    left, right = builder.split(nid, column, t, bool(node["default_left"]))
+                elif missing in ("NaN", "None"):
+                    rounds_zero |= -ZERO <= t < ZERO
+                    # None: NaN is read as 0.0, so it goes where 0.0 goes.
+                    nan_left = bool(node["default_left"]) if missing == "NaN" else t >= 0.0
+                    left, right = builder.split(nid, f, t, nan_left)
+                else:
+                    raise UnsupportedError(f"LightGBM missing_type {missing!r} is not supported")
+            else:
+                raise UnsupportedError(f"LightGBM decision_type {kind!r} is not supported")
+            stack += [(node["right_child"], right), (node["left_child"], left)]
+        builders.append(builder)
+    # Final columns: inputs, then zero-as-missing copies, then membership columns by feature.
+    keys = sorted(derived, key=lambda key: (key[0] != "zero", key[1:]))
+    columns = np.arange(width + len(derived))
+    for position, key in enumerate(keys):
+        columns[width + derived[key]] = width + position
+    trees = tuple(b.build(columns) for b in builders)
+    return _Parsed(
+        Ensemble(trees, width + len(derived), float32_inputs=False),
+        tuple(key[1] for key in keys if key[0] == "zero"),
+        tuple((key[1], key[2]) for key in keys if key[0] == "cat"),
+        rounds_zero,
+    )
+
+
+def _membership(x: lz.LazyTensor, f: int, sets: list[tuple[int, ...]], ctx: Context) -> Any:
+    """(B, len(sets)): 0 where ``int(x[:, f])`` is in the set, else 1 (NaN, negative, unseen)."""
+    sentinel = max(max(s) for s in sets) + 1
+    if (sentinel + 1) * len(sets) > MAX_CATEGORY_TABLE:
+        raise UnsupportedError(
+            f"LightGBM categorical splits on feature {f} reach category {sentinel - 1}: the "
+            f"membership table would exceed {MAX_CATEGORY_TABLE} entries"
+        )
+    table = np.ones((sentinel + 1, len(sets)))
+    for j, s in enumerate(sets):
+        table[list(s), j] = 0.0
+    v = x[:, f]
+    valid = v > -1.0  # int(x) >= 0 (truncation toward zero); False for NaN
+    clipped = lz.minimum(lz.maximum(lz.where(valid, v, float(sentinel)), 0.0), float(sentinel))
+    code = lz.cast(lz.floor(clipped), "int32")
+    return lz.take(ctx.param(table, f"category_table_{f}"), code, axis=0)
+
+
+def _decision_columns(x: lz.LazyTensor, parsed: _Parsed, ctx: Context) -> lz.LazyTensor:
+    """The inputs as LightGBM's trees read them, with the derived columns appended."""
+    if parsed.rounds_zero:
+        x = lz.where(abs(x) <= ZERO, 0.0, x)
+    parts = [x]
+    if parsed.zero:
+        z = lz.take(x, ctx.param(np.asarray(parsed.zero), "zero_missing_features"), axis=1)
+        parts.append(lz.where(lz.isnan(z) | (abs(z) <= ZERO), float("nan"), z))
+    by_feature: dict[int, list[tuple[int, ...]]] = {}
+    for f, cats in parsed.categories:
+        by_feature.setdefault(f, []).append(cats)
+    parts += [_membership(x, f, sets, ctx) for f, sets in by_feature.items()]
+    return lz.concat(parts, axis=1) if len(parts) > 1 else x
+
+
+def _transform(raw: lz.LazyTensor, objective: Objective) -> lz.LazyTensor:
+    """The objective's output transform on raw scores (B, K), as ``Booster.predict`` applies."""
+    name = objective.name
+    if "sqrt" in objective.flags:
+        if name not in _SQRT_CAPABLE:
+            raise UnsupportedError(f"LightGBM objective {name!r} with reg_sqrt is not supported")
+        squared = raw * raw
+        raw = lz.where(raw < 0.0, -squared, squared)  # sign(x) · x²
+    if name in _IDENTITY:
+        return raw
+    if name in _EXP:
+        return lz.exp(raw)
+    if name in ("binary", "multiclassova"):
+        return lz.sigmoid(raw * float(objective.params.get("sigmoid", "1")))
+    if name == "cross_entropy":
+        return lz.sigmoid(raw)
+    if name == "multiclass":
+        return lz.softmax(raw, axis=1)
+    raise UnsupportedError(
+        f"LightGBM objective {name!r} is not supported; supported: {', '.join(OBJECTIVES)}"
+    )
+
+
+def _booster_output(booster: Any, features: Features, ctx: Context) -> lz.LazyTensor:
+    """``booster.predict``'s values (B, K): transformed raw scores."""
+    dump = booster.dump_model()
+    if dump.get("pandas_categorical"):
+        raise UnsupportedError(
+            "LightGBM models fitted on pandas categorical columns are not supported; supported: "
+            "numeric columns (categorical features given as integer codes)"
+        )
+    objective = Objective.parse(str(dump.get("objective", "custom")))
+    parsed = _parse(dump, features.width)
+    x = _decision_columns(features.values, parsed, ctx)
+    ctx.note(f"objective: {objective.name}")
+    return _transform(leaf_sum(parsed.ensemble, x, ctx), objective)
+
+
+def _squeeze(out: lz.LazyTensor) -> lz.LazyTensor:
+    return lz.reshape(out, (lz.B,)) if out.shape[1] == 1 else out
+
+
+_LIMITS = (
+    "objectives: " + ", ".join(OBJECTIVES) + " (reg_sqrt too); numerical and categorical "
+    "(integer-coded) splits; NaN, zero-as-missing and no-missing semantics; not linear trees or "
+    "pandas categorical columns; float32 graphs exact for float32 inputs"
+)
+
+
+@register(lightgbm.Booster, methods=("predict",), limits=_LIMITS)
+def lightgbm_booster(booster: Any, features: Features, ctx: Context) -> Heads:
+    return Heads({"predict": _squeeze(_booster_output(booster, features, ctx))})
+
+
+@register(lightgbm.LGBMRegressor, lightgbm.LGBMRanker, methods=("predict",), limits=_LIMITS)
+def lightgbm_regressor(est: Any, features: Features, ctx: Context) -> Heads:
+    return lightgbm_booster(est.booster_, features, ctx)
+
+
+@register(lightgbm.LGBMClassifier, methods=("predict", "predict_proba"), limits=_LIMITS)
+def lightgbm_classifier(est: Any, features: Features, ctx: Context) -> Heads:
+    out = _booster_output(est.booster_, features, ctx)
+    if out.shape[1] == 1:
+        proba = binary_proba(_squeeze(out))
+    elif len(est.classes_) == out.shape[1] > 2:
+        proba = out
+    else:
+        raise UnsupportedError(
+            f"LGBMClassifier: {out.shape[1]} outputs for {len(est.classes_)} classes is not "
+            "supported; supported: one output (binary) or one per class (3 or more classes)"
+        )
+    # LGBMClassifier.predict: the first argmax of predict_proba.
+    return Heads(
+        {"predict_proba": proba, "predict": lz.argmax(proba, axis=1)}, classes=est.classes_
+    )

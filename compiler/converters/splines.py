@@ -1,0 +1,160 @@
+"""SplineTransformer: every B-spline basis value, by the Cox-de Boor recursion unrolled.
+
+Per row and feature, the knot interval ``i`` (``t[i] <= x < t[i+1]``, clipped to the base
+interval as scipy's ``BSpline`` does when it extrapolates) is an exact count
+(:mod:`._sorted`); scipy's ``_deBoor_D`` recursion then gives the ``degree + 1`` non-zero basis
+values, which are scattered to their columns. The recursion's ``1 / (t[a] - t[b])`` factors are
+fitted tables indexed by ``i`` (0 where knots coincide, as scipy skips them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from sklearn.preprocessing import SplineTransformer
+
+import lazy as lz
+
+from ..context import Context
+from ..features import Features, Heads
+from ..registry import register, unsupported_param
+from ._sorted import count_at_most, per_column, rounded
+
+_EXTRAPOLATIONS = ("error", "constant", "linear", "continue", "periodic")
+
+
+def _inverse_widths(t: np.ndarray, offset_b: int, offset_a: int) -> np.ndarray:
+    """(F, m): ``1 / (t[i + offset_b] - t[i + offset_a])`` per interval i, 0 where they coincide
+    (or out of range: those intervals are never used)."""
+    f, m = t.shape
+    out = np.zeros((f, m))
+    for i in range(m):
+        b, a = i + offset_b, i + offset_a
+        if 0 <= a < m and 0 <= b < m:
+            width = t[:, b] - t[:, a]
+            out[:, i] = np.where(width != 0, 1.0 / np.where(width != 0, width, 1.0), 0.0)
+    return out
+
+
+def _basis(x: lz.LazyTensor, t: np.ndarray, k: int, ctx: Context) -> tuple[lz.LazyTensor, list]:
+    """The interval (B, F) and the ``k + 1`` basis values h[m] (B, F) of functions ``i - k + m``."""
+    n = t.shape[1] - k - 1
+    count = count_at_most(x, t, ctx, "knots")
+    interval = lz.minimum(lz.maximum(count - 1, k), n - 1)
+    knot = {d: per_column(interval + d, t, ctx, f"knot_{d}") for d in range(1 - k, k + 1)}
+    h: list[Any] = [None]  # h[0] = 1, kept symbolic to skip multiplying by it
+    for j in range(1, k + 1):
+        hh, h = h, [0.0] * (j + 1)
+        for nn in range(1, j + 1):
+            inverse = per_column(interval, _inverse_widths(t, nn, nn - j), ctx, f"inv_{j}_{nn}")
+            w = inverse if hh[nn - 1] is None else hh[nn - 1] * inverse
+            h[nn - 1] = h[nn - 1] + w * (knot[nn] - x)
+            h[nn] = w * (x - knot[nn - j])
+    ones = x * 0.0 + 1.0
+    return interval, [ones if v is None else v for v in h]
+
+
+def _scatter(
+    interval: lz.LazyTensor, h: list, k: int, n_splines: int, ctx: Context
+) -> lz.LazyTensor:
+    """(B, F, n_splines): h[m] in column ``(interval - k + m) mod n_splines`` (periodic splines
+    reuse the first ``degree`` coefficients after the last)."""
+    columns = ctx.const(np.arange(n_splines, dtype=np.int32), "int32")
+    out = None
+    for m, value in enumerate(h):
+        row = interval + (m - k)
+        row = row - lz.cast(row >= n_splines, "int32") * n_splines
+        hit = lz.cast(lz.expand_dims(row, 2) == columns, ctx.dtype) * lz.expand_dims(value, 2)
+        out = hit if out is None else out + hit
+    return out
+
+
+def _boundary_degrees(est: Any) -> list[tuple[int, int]]:
+    """Per feature, the degree scikit-learn's transform uses for the fitted range and for the
+    number of bases continued beyond it. Its loop bumps one ``degree`` variable for linear
+    extrapolation of degree <= 1 and keeps it for later features; this repeats that."""
+    degree, out = est.degree, []
+    for _ in est.bsplines_:
+        boundary = degree
+        if est.extrapolation == "linear" and degree <= 1:
+            degree += 1
+        out.append((boundary, degree))
+    return out
+
+
+def _boundary_rows(est: Any, side: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per feature: the range's edge on ``side`` ('min'/'max') (F,), and the (F, n_splines)
+    values and slopes that replace the basis beyond it."""
+    n_splines = est.bsplines_[0].c.shape[1]
+    edges, values, slopes = [], [], []
+    for spl, (boundary, reach) in zip(est.bsplines_, _boundary_degrees(est), strict=True):
+        at = spl.t[boundary] if side == "min" else spl.t[-boundary - 1]
+        value, slope = np.asarray(spl(at), np.float64), np.asarray(spl(at, nu=1), np.float64)
+        if est.extrapolation == "constant":
+            slope = np.zeros_like(slope)
+        keep = np.zeros(n_splines, bool)
+        keep[slice(None, reach) if side == "min" else slice(n_splines - reach, None)] = True
+        edges.append(at)
+        values.append(np.where(keep, value, 0.0))
+        slopes.append(np.where(keep, slope, 0.0))
+    return np.asarray(edges, np.float64), np.asarray(values), np.asarray(slopes)
+
+
+@register(
+    SplineTransformer,
+    methods=("transform",),
+    limits="every extrapolation ('error': rows outside the knots give NaN where scikit-learn "
+    "raises); handle_missing; include_bias; dense output",
+)
+def spline_transformer(est: Any, features: Features, ctx: Context) -> Heads:
+    if est.extrapolation not in _EXTRAPOLATIONS:
+        raise unsupported_param(est, "extrapolation", est.extrapolation, str(_EXTRAPOLATIONS))
+    if est.sparse_output:
+        raise unsupported_param(est, "sparse_output", True, "False")
+    k = est.degree
+    t = np.stack([np.asarray(s.t, np.float64) for s in est.bsplines_])  # (F, m)
+    n_splines = est.bsplines_[0].c.shape[1]
+    n = t.shape[1] - k - 1
+    x = features.values
+    if est.extrapolation == "periodic":
+        low, high = t[:, k], t[:, n]
+        period = high - low
+        degenerate = period <= 0  # one distinct value in fit: sklearn maps every row to 0
+        period = np.where(degenerate, 1.0, period)
+        shifted = x - ctx.param(low, "period_start")
+        wrapped = shifted - lz.floor(shifted / ctx.param(period, "period")) * ctx.param(
+            period, "period_length"
+        )
+        x_eval = wrapped + ctx.param(low, "period_start_again")
+        if degenerate.any():
+            x_eval = lz.where(ctx.param(degenerate, "degenerate", dtype="bool"), 0.0, x_eval)
+    else:
+        x_eval = x
+    interval, h = _basis(x_eval, t, k, ctx)
+    out = _scatter(interval, h, k, n_splines, ctx)  # (B, F, n_splines)
+    if est.extrapolation in ("error", "constant", "linear"):
+        low_edge, low_values, low_slopes = _boundary_rows(est, "min")
+        high_edge, high_values, high_slopes = _boundary_rows(est, "max")
+        up = ctx.param(rounded(low_edge, ctx, "up"), "xmin", dtype=ctx.dtype)
+        down = ctx.param(rounded(high_edge, ctx, "down"), "xmax", dtype=ctx.dtype)
+        inside = lz.expand_dims((x >= up) & (x <= down), 2)
+        if est.extrapolation == "error":
+            outside: Any = float("nan")  # scipy's value outside the knots, where sklearn raises
+        else:
+            outside = lz.cast(inside, ctx.dtype) * 0.0  # zeros, (B, F, 1)
+            for name, beyond, edge, values, slopes in (
+                ("min", x < up, low_edge, low_values, low_slopes),
+                ("max", x > down, high_edge, high_values, high_slopes),
+            ):
+                row = ctx.param(values, f"f_{name}") + lz.expand_dims(
+                    x - ctx.param(edge, f"x{name}"), 2
+                ) * ctx.param(slopes, f"fp_{name}")
+                outside = lz.where(lz.expand_dims(beyond, 2), row, outside)
+        out = lz.where(inside, out, outside)
+    if est.handle_missing == "zeros":
+        out = lz.where(lz.expand_dims(lz.isnan(x), 2), 0.0, out)
+    if not est.include_bias:  # the last basis of every feature is dropped
+        out = lz.slice_axis(out, 2, 0, n_splines - 1)
+        n_splines -= 1
+    return Heads({"transform": lz.reshape(out, (lz.B, features.width * n_splines))})

@@ -1,0 +1,189 @@
+"""XGBoost: ``XGBClassifier``, ``XGBRegressor``, ``XGBRanker`` and ``xgboost.Booster``.
+
+The model is read from ``Booster.save_raw("json")`` with its floats kept as text, so thresholds
+and the base score are read as the exact float32 values XGBoost holds. XGBoost compares
+``float32(x) < split_condition`` in float32, NaN taking the node's ``missing`` (default) child:
+in the normalized ``x <= t`` form that is ``t = nextafter(split_condition, -inf)`` in float32,
+exact for every input. The margin is ``base_score`` (stored in output space: a probability for
+logistic objectives, a mean for log-link ones) mapped to margin space, plus the trees' leaves.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import xgboost
+from sklearn.exceptions import NotFittedError
+
+import lazy as lz
+
+from ..blocks import binary_proba
+from ..context import Context
+from ..errors import UnsupportedError
+from ..features import Features, Heads
+from ..registry import register, unsupported_param
+from ..trees import Ensemble, leaf_sum
+from ._gbdt import TreeBuilder, float32_from_text
+
+_IDENTITY = {
+    "reg:squarederror",
+    "reg:absoluteerror",
+    "reg:pseudohubererror",
+    "binary:logitraw",
+    "rank:pairwise",
+    "rank:ndcg",
+    "rank:map",
+}
+_LOGISTIC = {"binary:logistic", "reg:logistic"}
+_EXP = {"count:poisson", "reg:gamma", "reg:tweedie"}
+_SOFTMAX = {"multi:softprob", "multi:softmax"}
+OBJECTIVES = sorted([*_IDENTITY, *_LOGISTIC, *_EXP, *_SOFTMAX])
+
+
+def _margin(base: np.ndarray, objective: str) -> np.ndarray:
+    """``base_score`` (output space) → margin space, as the objective's ProbToMargin does."""
+    wide = base.astype(np.float64)
+    if objective in _LOGISTIC:
+        return -np.log(1.0 / wide - 1.0)
+    if objective in _EXP:
+        return np.log(wide)
+    return wide  # identity objectives, binary:logitraw and softmax keep it as stored
+
+
+def _trees(model: dict[str, Any], k: int, rounds: int | None) -> tuple[Any, ...]:
+    """Every tree (the first ``rounds`` iterations' only, when given) with leaves in output
+    ``tree_info[i]``."""
+    trees, info = model["trees"], model["tree_info"]
+    if rounds is not None:
+        end = int(model["iteration_indptr"][rounds])
+        trees, info = trees[:end], info[:end]
+    out = []
+    for tree, k_tree in zip(trees, info, strict=True):
+        if int(tree["tree_param"].get("size_leaf_vector", "1")) > 1:
+            raise UnsupportedError(
+                "XGBoost vector-leaf trees (multi_strategy='multi_output_tree') are not "
+                "supported; supported: one output per tree"
+            )
+        if any(int(s) != 0 for s in tree["split_type"]):
+            raise UnsupportedError(
+                "XGBoost categorical splits are not supported; supported: numerical splits"
+            )
+        left = [int(v) for v in tree["left_children"]]
+        right = [int(v) for v in tree["right_children"]]
+        feature = [int(v) for v in tree["split_indices"]]
+        default_left = [bool(int(v)) for v in tree["default_left"]]
+        condition = float32_from_text(tree["split_conditions"])
+        # x < c ⟺ x <= the float32 just below c (inputs are float32 too).
+        below = np.nextafter(condition, np.float32(-np.inf))
+        builder = TreeBuilder(k)
+        stack = [(0, 0)]  # (source node, built node)
+        while stack:
+            node, nid = stack.pop()
+            if left[node] < 0:
+                builder.leaf(nid, int(k_tree), float(condition[node]))
+                continue
+            a, b = builder.split(nid, feature[node], float(below[node]), default_left[node])
+            stack += [(right[node], b), (left[node], a)]
+        out.append(builder.build())
+    return tuple(out)
+
+
+def _learner(booster: Any) -> dict[str, Any]:
+    """The saved model's ``learner``, floats kept as their text."""
+    try:
+        raw = booster.save_raw("json")
+    except xgboost.core.XGBoostError as exc:  # an untrained Booster() fails every call
+        first = str(exc).splitlines()[0]
+        raise NotFittedError(f"the XGBoost Booster cannot be read (not trained?): {first}") from exc
+    return json.loads(raw, parse_float=str)["learner"]
+
+
+def _booster_output(
+    learner: dict[str, Any], features: Features, ctx: Context, rounds: int | None
+) -> lz.LazyTensor:
+    """(B, K): the objective's transform of base margin + leaves, as ``predict`` gives it."""
+    booster_kind = learner["gradient_booster"]["name"]
+    if booster_kind != "gbtree":
+        raise UnsupportedError(
+            f"XGBoost booster={booster_kind!r} is not supported; supported: 'gbtree'"
+        )
+    model = learner["gradient_booster"]["model"]
+    if not model["trees"]:
+        raise NotFittedError("the XGBoost booster has no trees: it is not trained")
+    objective = learner["objective"]["name"]
+    param = learner["learner_model_param"]
+    k = max(int(param["num_class"]), int(param.get("num_target", "1")), 1)
+    trees = _trees(model, k, rounds)
+    ensemble = Ensemble(trees, features.width, float32_inputs=True)
+    base = float32_from_text(str(param["base_score"]).strip("[]").split(","))
+    margin = np.broadcast_to(_margin(base, objective), (k,))
+    ctx.note(f"objective: {objective}")
+    raw = leaf_sum(ensemble, features.values, ctx) + ctx.param(margin, "base_margin")
+    if objective in _IDENTITY:
+        return raw
+    if objective in _LOGISTIC:
+        return lz.sigmoid(raw)
+    if objective in _EXP:
+        return lz.exp(raw)
+    if objective == "multi:softprob":
+        return lz.softmax(raw, axis=1)
+    if objective == "multi:softmax":  # the class index, as a float
+        return lz.reshape(lz.cast(lz.argmax(raw, axis=1), ctx.dtype), (lz.B, 1))
+    raise UnsupportedError(
+        f"XGBoost objective {objective!r} is not supported; supported: {', '.join(OBJECTIVES)}"
+    )
+
+
+def _squeeze(out: lz.LazyTensor) -> lz.LazyTensor:
+    return lz.reshape(out, (lz.B,)) if out.shape[1] == 1 else out
+
+
+def _wrapped(est: Any, learner: dict[str, Any], features: Features, ctx: Context) -> lz.LazyTensor:
+    """A scikit-learn wrapper's output: its booster up to the best iteration, if recorded."""
+    if callable(est.objective):
+        raise unsupported_param(est, "objective", est.objective, "a built-in objective")
+    if not (isinstance(est.missing, float) and np.isnan(est.missing)):
+        raise unsupported_param(est, "missing", est.missing, "nan")
+    best = est.get_booster().attr("best_iteration")  # the wrappers predict with the best one
+    return _booster_output(learner, features, ctx, None if best is None else int(best) + 1)
+
+
+_LIMITS = (
+    "gbtree; objectives: " + ", ".join(OBJECTIVES) + "; numerical splits (not categorical); "
+    "missing values as NaN"
+)
+
+
+@register(xgboost.Booster, methods=("predict",), limits=_LIMITS)
+def xgboost_booster(booster: Any, features: Features, ctx: Context) -> Heads:
+    # Booster.predict takes a DMatrix; its `missing` is the DMatrix's (NaN by default).
+    out = _squeeze(_booster_output(_learner(booster), features, ctx, None))
+    return Heads({"predict": out}, extra={"accepts_nan": True})
+
+
+@register(xgboost.XGBRegressor, xgboost.XGBRanker, methods=("predict",), limits=_LIMITS)
+def xgboost_regressor(est: Any, features: Features, ctx: Context) -> Heads:
+    learner = _learner(est.get_booster())
+    return Heads({"predict": _squeeze(_wrapped(est, learner, features, ctx))})
+
+
+@register(xgboost.XGBClassifier, methods=("predict", "predict_proba"), limits=_LIMITS)
+def xgboost_classifier(est: Any, features: Features, ctx: Context) -> Heads:
+    learner = _learner(est.get_booster())
+    if learner["objective"]["name"] == "multi:softmax":  # its predict_proba raises
+        raise unsupported_param(est, "objective", "multi:softmax", "multi:softprob")
+    out = _wrapped(est, learner, features, ctx)
+    if out.shape[1] == 1:
+        p = _squeeze(out)
+        # XGBClassifier.predict: class 1 where the (transformed) output exceeds 0.5.
+        heads = {"predict_proba": binary_proba(p), "predict": lz.cast(p > 0.5, "int32")}
+    elif out.shape[1] == len(est.classes_) > 2:
+        heads = {"predict_proba": out, "predict": lz.argmax(out, axis=1)}
+    else:
+        raise UnsupportedError(
+            f"XGBClassifier: {out.shape[1]} outputs for {len(est.classes_)} classes is not "
+            "supported; supported: one output (binary) or one per class (3 or more classes)"
+        )
+    return Heads(heads, classes=est.classes_)

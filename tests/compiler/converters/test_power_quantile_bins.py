@@ -1,0 +1,91 @@
+"""Edge cases of the discretizer, quantile and power transforms that training rows do not reach:
+float32 rows next to every bin edge and quantile, and lambdas at and near the log branches."""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.preprocessing import (
+    KBinsDiscretizer,
+    PowerTransformer,
+    QuantileTransformer,
+    SplineTransformer,
+)
+
+import compiler
+
+JAX = compiler.CompileOptions(backend="jax", max_batch=512, warmup=False)
+
+
+def _neighbours(values: np.ndarray) -> np.ndarray:
+    """Every value's float32 rounding and the float32 numbers one and two steps either side."""
+    v32 = values.astype(np.float32)
+    out = [v32]
+    for direction in (np.float32(np.inf), np.float32(-np.inf)):
+        step = v32
+        for _ in range(2):
+            step = np.nextafter(step, direction)
+            out.append(step)
+    return np.concatenate(out).astype(np.float64)
+
+
+def _rows_near(edges: list[np.ndarray], n_rows: int) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    return np.column_stack([rng.choice(_neighbours(e), n_rows) for e in edges])
+
+
+def test_bins_are_exact_for_float32_rows_next_to_every_edge() -> None:
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((200, 3))
+    est = KBinsDiscretizer(n_bins=7, encode="ordinal", strategy="uniform").fit(x)
+    rows = _rows_near([e[1:-1] for e in est.bin_edges_], 400)
+    model = compiler.compile(est, options=JAX)
+    np.testing.assert_array_equal(model.transform(rows), est.transform(rows))
+
+
+def test_quantiles_are_exact_for_float32_rows_next_to_every_quantile() -> None:
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((300, 2))
+    x[:40, 1] = 0.5  # a repeated quantile
+    est = QuantileTransformer(n_quantiles=60).fit(x)
+    rows = _rows_near([est.quantiles_[:, j] for j in range(2)], 500)
+    rows = np.vstack([rows, [[-9.0, 9.0], [9.0, -9.0]]])  # outside the fitted range
+    model = compiler.compile(est, options=JAX)
+    np.testing.assert_allclose(model.transform(rows), est.transform(rows), rtol=0, atol=1e-5)
+
+
+def _with_lambdas(method: str, column: np.ndarray, lambdas: list[float]) -> PowerTransformer:
+    est = PowerTransformer(method=method, standardize=False).fit(np.tile(column, (1, 2)))
+    est.lambdas_ = np.asarray(lambdas)  # our own estimator: set the branches we want to test
+    est.n_features_in_ = len(lambdas)
+    return est
+
+
+def test_power_lambdas_at_and_near_the_log_branches() -> None:
+    rng = np.random.default_rng(3)
+    column = (rng.standard_normal((64, 1)) * 3.0).astype(np.float32).astype(np.float64)
+    lambdas = [0.0, 1e-12, 1e-7, 1e-4, 0.5, 2.0, 2.0 - 1e-7, 2.0 + 1e-4, -1.5, 3.0]
+    for method, rows in (("yeo-johnson", column), ("box-cox", np.abs(column) + 0.125)):
+        est = _with_lambdas(method, rows, lambdas)
+        table = np.tile(rows, (1, len(lambdas)))
+        expected = est.transform(table)
+        got = compiler.compile(est, options=JAX).transform(table)
+        error = np.abs(got - expected) / np.maximum(np.abs(expected), 1.0)
+        assert error.max() < 1e-6, (method, error.max(axis=0))
+
+
+def test_splines_beyond_the_fitted_range() -> None:
+    rng = np.random.default_rng(4)
+    x = rng.uniform(-2.0, 3.0, (80, 2))
+    rows = np.vstack([rng.uniform(-6.0, 8.0, (60, 2)), x[:5]]).astype(np.float32)
+    rows = rows.astype(np.float64)
+    inside = (rows >= x.min(axis=0)) & (rows <= x.max(axis=0))
+    for extrapolation in ("constant", "linear", "continue", "periodic", "error"):
+        # degree 0 with constant extrapolation fails in scikit-learn itself
+        for degree in (1, 3) if extrapolation == "constant" else (0, 1, 3):
+            est = SplineTransformer(n_knots=5, degree=degree, extrapolation=extrapolation)
+            est.fit(x)
+            table = rows[inside.all(axis=1)] if extrapolation == "error" else rows
+            got = compiler.compile(est, options=JAX).transform(table)
+            np.testing.assert_allclose(
+                got, est.transform(table), rtol=1e-5, atol=1e-5, err_msg=f"{extrapolation}"
+            )
