@@ -8,6 +8,8 @@
   found from (level, position) arithmetic instead of child pointers. Memory grows as 2**depth.
 - ``gemm`` (Hummingbird's): evaluate every split at once, then find each tree's reached leaf with
   a matrix product against the leaves' path signs; suits shallow trees.
+- ``bitvector`` (:mod:`.quickscorer`) and ``hybrid`` (:mod:`.hybrid`): QuickScorer bit-vectors,
+  and bit-vectors for the top levels with traversal below. ``auto`` asks :mod:`.cost`.
 
 Exactness: decisions compare the source's precision. scikit-learn's ``tree_`` compares
 ``float32(x) <= t`` (t float64), which equals ``float32(x) <= t32`` with ``t32`` the largest
@@ -26,12 +28,12 @@ import lazy as lz
 
 from ..context import Context
 from ..errors import UnsupportedError
+from .cost import costs
 from .model import Ensemble, float32_floor
 
 STRATEGIES = ("auto", "gemm", "traversal", "perfect", "bitvector", "hybrid")
 
-#: auto picks GEMM up to this depth and this many padded (tree, split, leaf) matrix entries.
-GEMM_AUTO_DEPTH = 3
+#: auto considers GEMM up to this many padded (tree, split, leaf) matrix entries.
 GEMM_AUTO_ENTRIES = 1 << 16
 #: explicit requests beyond these sizes are refused (the tables would not fit sensibly).
 GEMM_MAX_ENTRIES = 1 << 24
@@ -320,15 +322,19 @@ IMPLEMENTED: dict[str, Strategy] = {
 
 
 def choose(ensemble: Ensemble, requested: str) -> str:
-    """The strategy to use for ``requested`` (``auto``: GEMM for shallow small ensembles, else
-    traversal — a fixed rule until a measured cost model replaces it)."""
+    """The strategy to use for ``requested`` (``auto``: the cheapest by :mod:`.cost`'s model)."""
     if ensemble.has_categorical:  # categorical splits: only traversal evaluates them
         return "traversal"
     n_trees, n_splits, n_leaves = _gemm_shape(ensemble)
     entries = n_trees * n_splits * n_leaves
+    terms = n_trees * n_splits * -(-n_leaves // 32)  # per row: mask words ANDed
     if requested == "auto":
-        small = ensemble.max_depth <= GEMM_AUTO_DEPTH and entries <= GEMM_AUTO_ENTRIES
-        return "gemm" if small else "traversal"
+        estimates = costs(ensemble)
+        if entries > GEMM_AUTO_ENTRIES:
+            estimates.pop("gemm")
+        if terms > BITVECTOR_MAX_TERMS:
+            estimates.pop("bitvector", None)
+        return min(estimates, key=estimates.__getitem__)
     if requested not in IMPLEMENTED:
         raise UnsupportedError(
             f"tree_strategy={requested!r} is not implemented; supported: {['auto', *IMPLEMENTED]}"
@@ -338,7 +344,6 @@ def choose(ensemble: Ensemble, requested: str) -> str:
             f"tree_strategy='gemm' needs {entries} path-matrix entries (limit {GEMM_MAX_ENTRIES}); "
             "use 'traversal'"
         )
-    terms = n_trees * n_splits * -(-n_leaves // 32)  # per row: mask words ANDed
     if requested == "bitvector" and terms > BITVECTOR_MAX_TERMS:
         raise UnsupportedError(
             f"tree_strategy='bitvector' ANDs {terms} mask words per row ({n_trees} trees × "

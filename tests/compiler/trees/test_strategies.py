@@ -190,10 +190,19 @@ def test_float32_floor() -> None:
 
 
 def test_auto_and_unsupported_strategies() -> None:
+    # The cost model's regimes (compiler/trees/cost.py): GEMM for a few shallow trees,
+    # bit-vectors for many shallow ones, the hybrid for many deep ones, traversal for a few.
+    picks = {
+        (n_trees, depth): choose(ensemble(0, depth, n_trees)[0], "auto")
+        for n_trees, depth in [(10, 2), (100, 3), (100, 8), (10, 8)]
+    }
+    assert picks == {
+        (10, 2): "gemm",
+        (100, 3): "bitvector",
+        (100, 8): "hybrid",
+        (10, 8): "traversal",
+    }
     shallow, _ = ensemble(0, 3)
-    deep, _ = ensemble(0, 6)
-    assert choose(shallow, "auto") == "gemm"
-    assert choose(deep, "auto") == "traversal"
     with pytest.raises(UnsupportedError, match="tree_strategy"):
         choose(shallow, "nonsense")
 
