@@ -59,12 +59,17 @@ class Heads:
 
     For classifiers ``predict`` holds int32 indices into ``classes``; the compiled model maps them
     back to the labels on the host, so labels of any type come back exactly.
+
+    ``splits``: heads the source returns as a list of per-output arrays (MultiOutputClassifier's
+    ``predict_proba``) are one (B, sum of widths) output side by side; the compiled model splits
+    it into the list on the host.
     """
 
     outputs: Mapping[str, lz.LazyTensor]
     classes: np.ndarray | None = None
     sources: tuple[int | None, ...] | None = None  # provenance of the transform head's columns
     extra: Mapping[str, object] = field(default_factory=dict)
+    splits: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     def features(self) -> Features:
         values = self.outputs["transform"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,6 +17,9 @@ from .options import METHODS, CompileOptions
 from .report import CompileReport
 from .schema import InputSchema, schema_for
 
+#: A decoded head: an array, or a list of per-output arrays (see :class:`Heads`).
+Output = np.ndarray | list[np.ndarray]
+
 
 @dataclass(frozen=True)
 class Traced:
@@ -27,6 +30,8 @@ class Traced:
     classes: np.ndarray | None
     methods: tuple[str, ...]
     report: CompileReport
+    #: List-valued heads (see :class:`Heads`): method → the widths of its per-output arrays.
+    splits: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None = None) -> Traced:
@@ -50,7 +55,8 @@ def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None 
     report.graph_nodes = sum(len(g.order) for g in program.graphs)
     report.graph_stages = len(program.graphs)
     report.parameters = sum(int(v.size) for g in program.graphs for v in g.params.values())
-    return Traced(program, ctx.schema, heads.classes, methods, report)
+    splits = {m: tuple(heads.splits[m]) for m in methods if m in heads.splits}
+    return Traced(program, ctx.schema, heads.classes, methods, report, splits)
 
 
 _MAX_NAN_PROBES = 512
@@ -147,21 +153,41 @@ class CompiledModel:
 
     def run(self, data: Any) -> dict[str, np.ndarray]:
         """Every compiled head on ``data`` (rows: array, DataFrame, dict rows or columns)."""
-        feed, _ = self.schema.to_feed(data, self._dtype)
+        feed, _ = self.encode(data)
+        return self.run_encoded(feed)
+
+    # The three phases of ``run``, separate so a server can batch the middle one across requests.
+    def encode(self, data: Any) -> tuple[dict[str, np.ndarray], int]:
+        """Host phase: ``data`` → the graph's input arrays (rows on axis 0) and the row count."""
+        return self.schema.to_feed(data, self._dtype)
+
+    def run_encoded(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Device phase: every compiled head on already-encoded inputs (raw class indices)."""
         return dict(self._runner(feed))
 
-    def _head(self, method: str, data: Any) -> np.ndarray:
+    def decode(self, outputs: Mapping[str, np.ndarray]) -> dict[str, Output]:
+        """Host phase: raw heads → the source's outputs (``predict`` as class labels, list-valued
+        heads such as MultiOutputClassifier's ``predict_proba`` as lists of arrays)."""
+        out: dict[str, Output] = dict(outputs)
+        if "predict" in out and self.classes_ is not None:
+            out["predict"] = self.classes_[out["predict"]]
+        for method, widths in self.traced.splits.items():
+            if method in out:
+                out[method] = np.split(out[method], np.cumsum(widths)[:-1], axis=1)
+        return out
+
+    def _head(self, method: str, data: Any) -> Any:
         if method not in self.methods:
             raise AttributeError(
                 f"this model was compiled without {method!r}; it has {list(self.methods)}"
             )
-        return self.run(data)[method]
+        return self.decode({method: self.run(data)[method]})[method]
 
     def predict(self, data: Any) -> np.ndarray:
-        out = self._head("predict", data)
-        return self.classes_[out] if self.classes_ is not None else out
+        return self._head("predict", data)
 
-    def predict_proba(self, data: Any) -> np.ndarray:
+    def predict_proba(self, data: Any) -> np.ndarray | list[np.ndarray]:
+        """As the source: one array, or a list of per-output arrays (MultiOutputClassifier)."""
         return self._head("predict_proba", data)
 
     def decision_function(self, data: Any) -> np.ndarray:
@@ -173,9 +199,6 @@ class CompiledModel:
     def score_samples(self, data: Any) -> np.ndarray:
         return self._head("score_samples", data)
 
-    def outputs(self, data: Any) -> Mapping[str, np.ndarray]:
-        """Every head, with ``predict`` mapped to class labels."""
-        out = self.run(data)
-        if "predict" in out and self.classes_ is not None:
-            out["predict"] = self.classes_[out["predict"]]
-        return out
+    def outputs(self, data: Any) -> Mapping[str, Output]:
+        """Every head as the source's method returns it (see :meth:`decode`)."""
+        return self.decode(self.run(data))

@@ -24,6 +24,7 @@ from .errors import (
 from .executor import CompiledGraph, CompiledProgram, Options, ParamMode, compile, default_cache
 from .graph import Graph
 from .interpreter import evaluate, run_program
+from .loop import LoopBody, fori_loop
 from .node import Node
 from .ops import SPECS, Op
 from .program import Builder, GraphStage, HostStage, Program
@@ -50,6 +51,7 @@ from .tensor import (
     maximum,
     min,
     minimum,
+    ndtri,
     reduce_and,
     reshape,
     scope,
@@ -89,6 +91,7 @@ __all__ = [
     "InputError",
     "LazyError",
     "LazyTensor",
+    "LoopBody",
     "Node",
     "Op",
     "Options",
@@ -110,6 +113,7 @@ __all__ = [
     "exp",
     "expand_dims",
     "floor",
+    "fori_loop",
     "get_backend",
     "graph_digest",
     "isnan",
@@ -121,6 +125,7 @@ __all__ = [
     "maximum",
     "min",
     "minimum",
+    "ndtri",
     "reduce_and",
     "reshape",
     "run_program",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import tempfile
 import threading
@@ -23,6 +24,7 @@ from .backends.base import Backend, CompileTimes, Executable
 from .stats import CacheStats, CompileCause
 
 _MAGIC = b"kestrel-lazy-executable/1\n"
+log = logging.getLogger("kestrel.lazy.cache")
 
 
 class CacheKey(NamedTuple):
@@ -83,6 +85,19 @@ class ExecutableCache:
                     self.stats.trace_s += times.trace_s
                     self.stats.lower_s += times.lower_s
                     self.stats.compile_s += times.compile_s
+                log.log(
+                    logging.WARNING if cause is CompileCause.AFTER_READY else logging.INFO,
+                    "compiled %s bucket %d (%s) in %.3f s",
+                    key.graph_digest[:12],
+                    key.bucket,
+                    cause.value,
+                    times.trace_s + times.lower_s + times.compile_s,
+                    extra={
+                        "cause": cause.value,
+                        "bucket": key.bucket,
+                        "graph": key.graph_digest[:12],
+                    },
+                )
                 self._store(key, backend, exe)
             self._insert(key, exe)
         with self._lock:

@@ -2,7 +2,8 @@
 
 The serialization lists nodes in the graph's deterministic topological order with their op, operand
 positions, attributes, shape and dtype, then the inputs and the named outputs, under the IR version.
-Constants contribute their bytes; parameters only their name, shape and dtype. Nothing depends on
+Constants contribute their bytes; parameters only their name, shape and dtype; a LOOP's body is
+serialized the same way, nested in the LOOP node's attributes. Nothing depends on
 ``hash()``, ``id()`` or the process, so two processes (whatever ``PYTHONHASHSEED``) agree.
 """
 
@@ -10,10 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from .graph import Graph
-from .ops import ConstValue
+from .node import Node
+from .ops import ConstValue, GraphAttr
 from .shapes import BatchDim
 
 #: Bump when the meaning of a serialized graph changes (op semantics, encoding).
@@ -37,13 +40,17 @@ def _encode(value: Any) -> Any:
     if isinstance(value, ConstValue):
         a = value.array
         return ["c", a.dtype.name, list(a.shape), hashlib.sha256(a.tobytes()).hexdigest()]
+    if isinstance(value, GraphAttr):
+        return ["g", value.document()]
     raise TypeError(f"cannot serialize attribute {value!r}")
 
 
-def canonical_form(graph: Graph) -> bytes:
-    index = {node: i for i, node in enumerate(graph.order)}
-    doc = {
-        "ir": IR_VERSION,
+def document(
+    order: Sequence[Node], inputs: Sequence[Node], outputs: Sequence[tuple[str, Node]]
+) -> dict[str, Any]:
+    """The JSON-able serialization of a (sub-)graph given in deterministic topological order."""
+    index = {node: i for i, node in enumerate(order)}
+    return {
         "nodes": [
             [
                 node.op.value,
@@ -52,12 +59,16 @@ def canonical_form(graph: Graph) -> bytes:
                 _encode(node.shape),
                 node.dtype,
             ]
-            for node in graph.order
+            for node in order
         ],
         # Every input's type: an input the outputs do not use is still an executable argument.
-        "inputs": [[n.attr("name"), _encode(n.shape), n.dtype] for n in graph.inputs],
-        "outputs": [[name, index[node]] for name, node in graph.outputs],
+        "inputs": [[n.attr("name"), _encode(n.shape), n.dtype] for n in inputs],
+        "outputs": [[name, index[node]] for name, node in outputs],
     }
+
+
+def canonical_form(graph: Graph) -> bytes:
+    doc = {"ir": IR_VERSION, **document(graph.order, graph.inputs, graph.outputs)}
     return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
 

@@ -117,11 +117,16 @@ class CompiledGraph:
 
     def warmup(self) -> None:
         """Compile (or load) and run every bucket once; then the graph is ready."""
-        for index, bucket in enumerate(self.buckets.sizes):
-            exe = self._executable(index, CompileCause.WARMUP)
-            dummy = [np.zeros((bucket, *shape), dtype) for _, shape, dtype in self._inputs]
-            exe(dummy, self._params)
+        for index in range(len(self.buckets)):
+            self.warm_bucket(index)
         self.ready = True
+
+    def warm_bucket(self, index: int) -> None:
+        """Compile (or load) bucket ``index`` and run it once on zeros."""
+        bucket = self.buckets.sizes[index]
+        exe = self._executable(index, CompileCause.WARMUP)
+        dummy = [np.zeros((bucket, *shape), dtype) for _, shape, dtype in self._inputs]
+        exe(dummy, self._params)
 
     # -- running -----------------------------------------------------------------------------
     def __call__(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:

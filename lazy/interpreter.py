@@ -7,7 +7,7 @@ dtype, so the interpreter states what a graph *means* rather than how one backen
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +41,13 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 _erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def _ndtri(p: np.ndarray) -> np.ndarray:
+    # Imported on first use: scipy.special takes longer to import than the rest of lazy.
+    from scipy.special import ndtri
+
+    return ndtri(np.asarray(p, np.float64))
 
 
 def _logsumexp(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
@@ -85,6 +92,18 @@ def _slice(n: Node, x: np.ndarray) -> np.ndarray:
     return x[index]
 
 
+def _loop(n: Node, args: list[np.ndarray], ctx: Context) -> np.ndarray:
+    # A Python loop over the body's nodes: the index is a scalar, the carry and the invariants
+    # keep their (float64 / int64) oracle arrays from iteration to iteration.
+    body = n.attr("body")
+    carry, invariants = args[0], args[1:]
+    for i in range(n.attr("trip_count")):
+        values = (np.asarray(i, dtype=dt.oracle("int32")), carry, *invariants)
+        inner = Context(dict(zip(body.input_names, values, strict=True)), ctx.params, ctx.batch)
+        carry = _run(body.order, inner)[body.output]
+    return carry
+
+
 def _elementwise(fn: Callable[..., Any]) -> Rule:
     return lambda n, args, ctx: fn(*args)
 
@@ -102,6 +121,7 @@ RULES: dict[Op, Rule] = {
     Op.TANH: _elementwise(np.tanh),
     Op.SIGMOID: _elementwise(_sigmoid),
     Op.ERF: lambda n, a, ctx: _erf(a[0]).astype(np.float64),
+    Op.NDTRI: _elementwise(_ndtri),
     Op.FLOOR: _elementwise(np.floor),
     Op.ISNAN: _elementwise(np.isnan),
     Op.NOT: lambda n, a, ctx: np.logical_not(a[0]) if a[0].dtype == bool else np.invert(a[0]),
@@ -141,6 +161,7 @@ RULES: dict[Op, Rule] = {
     Op.RESHAPE: lambda n, a, ctx: np.reshape(a[0], concrete(n.shape, ctx.batch)),
     Op.BROADCAST: lambda n, a, ctx: np.broadcast_to(a[0], concrete(n.shape, ctx.batch)),
     Op.TRANSPOSE: lambda n, a, ctx: np.transpose(a[0], n.attr("perm")),
+    Op.LOOP: _loop,
 }
 
 
@@ -151,12 +172,18 @@ def evaluate(
 ) -> dict[str, np.ndarray]:
     """Run ``graph`` on ``inputs`` (and optionally other parameter values) in float64."""
     ctx = Context(inputs, graph.params if params is None else params, _batch_size(graph, inputs))
-    env: dict[Node, np.ndarray] = {}
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        for node in graph.order:
-            out = RULES[node.op](node, [env[i] for i in node.inputs], ctx)
-            env[node] = np.asarray(out).astype(dt.oracle(node.dtype), copy=False)
+        env = _run(graph.order, ctx)
     return {name: env[node] for name, node in graph.outputs}
+
+
+def _run(order: Sequence[Node], ctx: Context) -> dict[Node, np.ndarray]:
+    """Every node of ``order`` (operands first) evaluated with the rule table."""
+    env: dict[Node, np.ndarray] = {}
+    for node in order:
+        out = RULES[node.op](node, [env[i] for i in node.inputs], ctx)
+        env[node] = np.asarray(out).astype(dt.oracle(node.dtype), copy=False)
+    return env
 
 
 def _batch_size(graph: Graph, inputs: Mapping[str, Any]) -> int:

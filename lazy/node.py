@@ -15,13 +15,13 @@ from typing import Any
 
 from . import dtypes as dt
 from .errors import ShapeError
-from .ops import SPECS, ConstValue, Op, TensorType
+from .ops import SPECS, ConstValue, GraphAttr, Op, TensorType
 from .shapes import B, Shape, is_batched, normalize
 
 
 def _canonical_attr(value: Any) -> Any:
     """A hashable, order-preserving canonical form of an attribute value."""
-    if value is B or isinstance(value, (str, bool, ConstValue)) or value is None:
+    if value is B or isinstance(value, (str, bool, ConstValue, GraphAttr)) or value is None:
         return value
     if isinstance(value, int):  # includes numpy ints via __index__ below
         return int(value)

@@ -5,11 +5,13 @@ result's shape and dtype follow from its operands (raising :class:`ShapeError` o
 :class:`RowMixingError` for what the op does not accept). The same rule runs when a node is built
 and when :func:`lazy.verify.verify` re-checks a whole graph, so the two can never disagree.
 
-There is no control flow, and the batch dimension stays on axis 0 of every batched value.
+The one control-flow op is LOOP: a fixed number of iterations of a closed body sub-graph (see
+:mod:`lazy.loop`). The batch dimension stays on axis 0 of every batched value.
 """
 
 from __future__ import annotations
 
+import abc
 import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import dtypes as dt
-from .errors import RowMixingError, ShapeError
+from .errors import GraphError, RowMixingError, ShapeError
 from .shapes import B, Shape, broadcast, is_batched, normalize, normalize_axis, static_size
 
 
@@ -37,6 +39,7 @@ class Op(enum.Enum):
     TANH = "tanh"
     SIGMOID = "sigmoid"
     ERF = "erf"
+    NDTRI = "ndtri"  # the standard normal quantile function (inverse CDF)
     FLOOR = "floor"
     ISNAN = "isnan"
     NOT = "not"
@@ -79,6 +82,8 @@ class Op(enum.Enum):
     RESHAPE = "reshape"
     BROADCAST = "broadcast"
     TRANSPOSE = "transpose"
+    # control flow
+    LOOP = "loop"
 
 
 class TensorType(NamedTuple):
@@ -108,6 +113,19 @@ class ConstValue:
         if self.array.size <= 8:
             return f"const({self.array.tolist()!r}, {self.array.dtype.name})"
         return f"const(<{self.array.dtype.name}{list(self.array.shape)}>)"
+
+
+class GraphAttr(abc.ABC):
+    """An attribute value that is itself a closed sub-graph (a LOOP body).
+
+    Immutable; equal and hashed by its digest. The graph digest nests its :meth:`document`.
+    """
+
+    __slots__ = ()
+
+    @abc.abstractmethod
+    def document(self) -> Any:
+        """The canonical JSON-able serialization of the sub-graph (see :mod:`lazy.digest`)."""
 
 
 Attrs = Mapping[str, Any]
@@ -368,6 +386,55 @@ def _transpose(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
     return TensorType(tuple(x.shape[p] for p in perm), x.dtype)
 
 
+def recheck(order: Sequence[Any]) -> None:
+    """Re-derive every node's type from its operands with its spec; raise if one differs.
+
+    ``order`` lists nodes operands first. Row mixing raises :class:`RowMixingError`, types that a
+    node declares but its operands do not give raise :class:`GraphError`.
+    """
+    for node in order:
+        spec = SPECS[node.op]
+        try:
+            spec.check_arity(len(node.inputs))
+            inferred = spec.infer([i.type for i in node.inputs], dict(node.attrs))
+        except ShapeError as exc:
+            raise type(exc)(f"{node!r}: {exc}") from None
+        if inferred != node.type:
+            raise GraphError(f"{node!r} declares {node.type} but its operands give {inferred}")
+
+
+def _loop(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
+    trip_count, body = attrs["trip_count"], attrs["body"]
+    if isinstance(trip_count, bool) or not isinstance(trip_count, int) or trip_count < 0:
+        raise ShapeError(f"LOOP needs a non-negative int trip_count, got {trip_count!r}")
+    if not isinstance(body, GraphAttr):
+        raise ShapeError(f"LOOP needs a loop body (lazy.loop.LoopBody), got {body!r}")
+    index, *declared = (n.type for n in body.inputs)
+    if index != TensorType((), "int32"):
+        raise ShapeError(f"LOOP body's iteration index must be int32[], got {index}")
+    if len(types) != len(declared):
+        raise ShapeError(
+            f"LOOP body takes a carry and {len(declared) - 1} invariant(s), got {len(types)} operands"
+        )
+    for k, (given, want) in enumerate(zip(types, declared, strict=True)):
+        what = "carry" if k == 0 else f"invariant {k - 1}"
+        if given != want:
+            raise ShapeError(f"LOOP {what} is {given} but the body was traced with {want}")
+    out = body.output.type
+    if out != types[0]:
+        raise ShapeError(
+            f"LOOP body returns {out.dtype}{list(out.shape)} but the carry is "
+            f"{types[0].dtype}{list(types[0].shape)}"
+        )
+    # The body's inputs carry the outer operands' batch axes, so re-deriving its nodes checks that
+    # the body keeps rows apart (RowMixingError otherwise): the loop is row-local iff its body is.
+    try:
+        recheck(body.order)
+    except (ShapeError, GraphError) as exc:
+        raise type(exc)(f"in the LOOP body: {exc}") from None
+    return types[0]
+
+
 def _build_table() -> dict[Op, OpSpec]:
     table: dict[Op, OpSpec] = {}
 
@@ -377,7 +444,7 @@ def _build_table() -> dict[Op, OpSpec]:
     add(Op.INPUT, 0, ("name", "shape", "dtype"), _leaf, "leaf")
     add(Op.PARAM, 0, ("name", "shape", "dtype"), _param, "leaf")
     add(Op.CONST, 0, ("value",), _const, "leaf")
-    for op in (Op.EXP, Op.LOG, Op.LOG1P, Op.SQRT, Op.TANH, Op.SIGMOID, Op.ERF, Op.FLOOR):
+    for op in (Op.EXP, Op.LOG, Op.LOG1P, Op.SQRT, Op.TANH, Op.SIGMOID, Op.ERF, Op.NDTRI, Op.FLOOR):
         add(op, 1, (), _float_unary(op), "unary")
     for op in (Op.NEG, Op.ABS):
         add(op, 1, (), _numeric_unary(op), "unary")
@@ -424,6 +491,8 @@ def _build_table() -> dict[Op, OpSpec]:
     add(Op.RESHAPE, 1, ("shape",), _reshape, "layout")
     add(Op.BROADCAST, 1, ("shape",), _broadcast, "layout")
     add(Op.TRANSPOSE, 1, ("perm",), _transpose, "layout")
+    # Operands: the initial carry, then the invariants (values every iteration reads).
+    add(Op.LOOP, None, ("trip_count", "body"), _loop, "control")
     return table
 
 

@@ -324,6 +324,12 @@ def erf(x: LazyTensor) -> LazyTensor:
     return _apply(Op.ERF, x)
 
 
+def ndtri(x: LazyTensor) -> LazyTensor:
+    """The standard normal quantile function (the inverse of its CDF): -inf at 0, +inf at 1,
+    NaN outside [0, 1]."""
+    return _apply(Op.NDTRI, x)
+
+
 def floor(x: LazyTensor) -> LazyTensor:
     return _apply(Op.FLOOR, x)
 

@@ -8,22 +8,16 @@ input row only: padding a batch with extra rows, or splitting it, cannot change 
 
 from __future__ import annotations
 
-from .errors import GraphError, ShapeError
+from .errors import GraphError
 from .graph import Graph
-from .ops import SPECS
+from .ops import recheck
 
 
 def verify(graph: Graph) -> Graph:
-    """Raise :class:`ShapeError` / :class:`RowMixingError` / :class:`GraphError`; else return it."""
-    for node in graph.order:
-        spec = SPECS[node.op]
-        try:
-            spec.check_arity(len(node.inputs))
-            inferred = spec.infer([i.type for i in node.inputs], dict(node.attrs))
-        except ShapeError as exc:
-            raise type(exc)(f"{node!r}: {exc}") from None
-        if inferred != node.type:
-            raise GraphError(f"{node!r} declares {node.type} but its operands give {inferred}")
+    """Raise :class:`ShapeError` / :class:`RowMixingError` / :class:`GraphError`; else return it.
+
+    A LOOP's rule re-checks its body the same way, so loop bodies are verified too (nested)."""
+    recheck(graph.order)
     for name, node in graph.outputs:
         if not node.batched:
             raise GraphError(f"output {name!r} has no batch dimension: {node.shape}")

@@ -36,9 +36,9 @@ def multi_output_regressor(est: Any, features: Features, ctx: Context) -> Heads:
 
 @register(
     MultiOutputClassifier,
-    methods=("predict",),
-    limits="predict only (scikit-learn's predict_proba is a list of per-target arrays); every "
-    "target's classes of one kind (all strings or all numbers)",
+    methods=("predict", "predict_proba"),
+    limits="predict_proba is a list of per-target arrays, as scikit-learn's; every target's "
+    "classes of one kind (all strings or all numbers)",
 )
 def multi_output_classifier(est: Any, features: Features, ctx: Context) -> Heads:
     # One label table for every target: each target's indices are remapped into the union of
@@ -47,14 +47,24 @@ def multi_output_classifier(est: Any, features: Features, ctx: Context) -> Heads
     if len({t.dtype.kind for t in tables}) != 1:
         raise UnsupportedError(f"{ctx.path}: targets with classes of different kinds")
     union = np.unique(np.concatenate(tables))
-    indices = []
+    # scikit-learn has predict_proba only if every target's estimator has it
+    with_proba = hasattr(est, "predict_proba")
+    indices, probas = [], []
     for i, (child, table) in enumerate(zip(est.estimators_, tables, strict=True)):
-        index = head(ctx.convert(child, features, f"estimators_[{i}]"), "predict", child, ctx)
+        heads = ctx.convert(child, features, f"estimators_[{i}]")
+        index = head(heads, "predict", child, ctx)
         where = np.searchsorted(union, table).astype(np.int32)
         if not np.array_equal(where, np.arange(len(union))):
             index = lz.take(ctx.param(where, "class_index"), index, axis=0)
         indices.append(lz.reshape(index, (lz.B, 1)))
-    return Heads({"predict": lz.concat(indices, axis=1)}, classes=union)
+        if with_proba:
+            probas.append(columns(head(heads, "predict_proba", child, ctx)))
+    outputs = {"predict": lz.concat(indices, axis=1)}
+    splits = {}
+    if with_proba:  # (B, sum of n_classes) side by side; the host splits it into the list
+        outputs["predict_proba"] = lz.concat(probas, axis=1)
+        splits["predict_proba"] = tuple(int(p.shape[1]) for p in probas)
+    return Heads(outputs, classes=union, splits=splits)
 
 
 def _chain(

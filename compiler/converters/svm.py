@@ -3,6 +3,8 @@
 libsvm's decision for the class pair (i, j) sums the kernel against class i's support vectors
 weighted by row j-1 of the dual coefficients, plus class j's weighted by row i, plus the intercept.
 That is one (n_SV, n_pairs) weight matrix, so every decision is ``kernel(x, SV) @ W + b``.
+``predict_proba`` (``probability=True``) couples those decisions as libsvm does, in a LOOP (see
+:mod:`._libsvm_proba`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import lazy as lz
 from ..context import Context
 from ..features import Features, Heads
 from ..registry import register, unsupported_param
+from . import _libsvm_proba
 
 _KERNELS = "'linear', 'poly', 'rbf', 'sigmoid'"
 
@@ -91,13 +94,20 @@ def _ovr(raw: lz.LazyTensor, votes: lz.LazyTensor, n: int, ctx: Context) -> lz.L
     return votes + confidence / (3.0 * (abs(confidence) + 1.0))
 
 
+def _fitted_with_probability(est: Any) -> bool:
+    """Whether ``est.predict_proba`` works: fitted with probability=True (scikit-learn 1.9
+    deprecates the parameter, whose default is then the string 'deprecated')."""
+    return est.probability not in ("deprecated", False) and np.size(est._probA) > 0
+
+
 @register(
     SVC,
     NuSVC,
-    methods=("predict", "decision_function"),
-    limits=f"kernels {_KERNELS}; decision_function_shape 'ovr' / 'ovo'; break_ties. "
-    "predict_proba (probability=True) is not compiled: libsvm's pairwise coupling iterates "
-    "until a data-dependent tolerance, which float32 cannot reproduce exactly",
+    methods=("predict", "decision_function", "predict_proba"),
+    limits=f"kernels {_KERNELS}; decision_function_shape 'ovr' / 'ovo'; break_ties; "
+    "predict_proba with probability=True (libsvm's pairwise coupling, iterated on the device; "
+    "in float32 a row whose stopping test falls within rounding of libsvm's tolerance can stop "
+    "one iteration apart from libsvm)",
 )
 def svc(est: Any, features: Features, ctx: Context) -> Heads:
     n = len(est.classes_)
@@ -105,13 +115,14 @@ def svc(est: Any, features: Features, ctx: Context) -> Heads:
         raise unsupported_param(est, "break_ties", True, "False with decision_function_shape='ovo'")
     raw = kernel(est, features.values, ctx) @ ctx.param(_pair_weights(est), "pair_weights")
     raw = raw + ctx.param(np.asarray(est._intercept_), "intercept_")
-    if getattr(est, "probability", False):
-        ctx.note("predict_proba not compiled (libsvm's iterative pairwise coupling)")
+    proba: dict[str, lz.LazyTensor] = {}
+    if _fitted_with_probability(est):
+        proba["predict_proba"] = _libsvm_proba.predict_proba(raw, est, ctx)
     if n == 2:
         raw = lz.reshape(raw, (lz.B,))
         # libsvm predicts class 0 when its decision is > 0; scikit-learn flips the sign
         return Heads(
-            {"decision_function": -raw, "predict": lz.cast(raw <= 0.0, "int32")},
+            {"decision_function": -raw, "predict": lz.cast(raw <= 0.0, "int32"), **proba},
             classes=est.classes_,
         )
     ovr = _ovr(raw, _votes(raw, n, ctx, strict=False), n, ctx)
@@ -121,7 +132,7 @@ def svc(est: Any, features: Features, ctx: Context) -> Heads:
     else:
         # libsvm: the first class with the most votes
         predict = lz.argmax(_votes(raw, n, ctx, strict=True), axis=1)
-    return Heads({"decision_function": decision, "predict": predict}, classes=est.classes_)
+    return Heads({"decision_function": decision, "predict": predict, **proba}, classes=est.classes_)
 
 
 @register(SVR, NuSVR, methods=("predict",), limits=f"kernels {_KERNELS}")

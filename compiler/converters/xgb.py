@@ -6,11 +6,14 @@ and the base score are read as the exact float32 values XGBoost holds. XGBoost c
 in the normalized ``x <= t`` form that is ``t = nextafter(split_condition, -inf)`` in float32,
 exact for every input. The margin is ``base_score`` (stored in output space: a probability for
 logistic objectives, a mean for log-link ones) mapped to margin space, plus the trees' leaves.
+Categorical splits (partitions and one-hot) read derived membership columns: see
+:mod:`._xgb_categorical`.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,8 +27,9 @@ from ..context import Context
 from ..errors import UnsupportedError
 from ..features import Features, Heads
 from ..registry import register, unsupported_param
-from ..trees import Ensemble, leaf_sum
+from ..trees import Ensemble, Tree, leaf_sum
 from ._gbdt import TreeBuilder, float32_from_text
+from ._xgb_categorical import category_values, membership, trained_categories, vocabulary
 
 _IDENTITY = {
     "reg:squarederror",
@@ -52,28 +56,48 @@ def _margin(base: np.ndarray, objective: str) -> np.ndarray:
     return wide  # identity objectives, binary:logitraw and softmax keep it as stored
 
 
-def _trees(model: dict[str, Any], k: int, rounds: int | None) -> tuple[Any, ...]:
+@dataclass(frozen=True)
+class _Parsed:
+    trees: tuple[Tree, ...]
+    #: The derived membership columns after the inputs, in order: (feature, category set).
+    categorical: tuple[tuple[int, tuple[int, ...]], ...]
+
+
+def _categories(tree: dict[str, Any]) -> dict[int, tuple[int, ...]]:
+    """Node → its category set (those go right), from ``categories_nodes`` and the segments."""
+    values = [int(c) for c in tree["categories"]]
+    return {
+        int(node): tuple(sorted(values[int(start) : int(start) + int(size)]))
+        for node, start, size in zip(
+            tree["categories_nodes"],
+            tree["categories_segments"],
+            tree["categories_sizes"],
+            strict=True,
+        )
+    }
+
+
+def _trees(model: dict[str, Any], k: int, rounds: int | None, width: int) -> _Parsed:
     """Every tree (the first ``rounds`` iterations' only, when given) with leaves in output
-    ``tree_info[i]``."""
+    ``tree_info[i]``; a categorical node splits its (feature, set) membership column at 0.5."""
     trees, info = model["trees"], model["tree_info"]
     if rounds is not None:
         end = int(model["iteration_indptr"][rounds])
         trees, info = trees[:end], info[:end]
-    out = []
+    derived: dict[tuple[int, tuple[int, ...]], int] = {}  # (feature, set) → provisional id
+    builders = []
     for tree, k_tree in zip(trees, info, strict=True):
         if int(tree["tree_param"].get("size_leaf_vector", "1")) > 1:
             raise UnsupportedError(
                 "XGBoost vector-leaf trees (multi_strategy='multi_output_tree') are not "
                 "supported; supported: one output per tree"
             )
-        if any(int(s) != 0 for s in tree["split_type"]):
-            raise UnsupportedError(
-                "XGBoost categorical splits are not supported; supported: numerical splits"
-            )
         left = [int(v) for v in tree["left_children"]]
         right = [int(v) for v in tree["right_children"]]
         feature = [int(v) for v in tree["split_indices"]]
         default_left = [bool(int(v)) for v in tree["default_left"]]
+        categorical = [int(v) == 1 for v in tree["split_type"]]
+        sets = _categories(tree) if any(categorical) else {}
         condition = float32_from_text(tree["split_conditions"])
         # x < c ⟺ x <= the float32 just below c (inputs are float32 too).
         below = np.nextafter(condition, np.float32(-np.inf))
@@ -84,10 +108,39 @@ def _trees(model: dict[str, Any], k: int, rounds: int | None) -> tuple[Any, ...]
             if left[node] < 0:
                 builder.leaf(nid, int(k_tree), float(condition[node]))
                 continue
-            a, b = builder.split(nid, feature[node], float(below[node]), default_left[node])
+            if categorical[node]:  # membership is 1 inside the set, which goes right
+                # a node without recorded categories has an empty set: XGBoost sends all left
+                key = (feature[node], sets.get(node, ()))
+                column = width + derived.setdefault(key, len(derived))
+                a, b = builder.split(nid, column, 0.5, default_left[node])
+            else:
+                a, b = builder.split(nid, feature[node], float(below[node]), default_left[node])
             stack += [(right[node], b), (left[node], a)]
-        out.append(builder.build())
-    return tuple(out)
+        builders.append(builder)
+    # Final columns: the inputs, then the membership columns by feature.
+    keys = sorted(derived)
+    columns = np.arange(width + len(derived))
+    for position, key in enumerate(keys):
+        columns[width + derived[key]] = width + position
+    return _Parsed(tuple(b.build(columns) for b in builders), tuple(keys))
+
+
+def _decision_columns(
+    features: Features, parsed: _Parsed, categories: dict[int, tuple[Any, ...]], ctx: Context
+) -> lz.LazyTensor:
+    """The inputs with the membership columns of the categorical splits appended."""
+    by_feature: dict[int, list[tuple[int, ...]]] = {}
+    for f, cats in parsed.categorical:
+        by_feature.setdefault(f, []).append(cats)
+    parts = [features.values]
+    for f, sets in by_feature.items():
+        values = category_values(features, f, categories.get(f), ctx)
+        parts.append(membership(values, sets, ctx, f"feature_{f}"))
+    # Columns XGBoost re-codes are read through their vocabulary even where no split uses them,
+    # so their category values are accepted (and unknown ones refused) like the others'.
+    for f in sorted(categories.keys() - by_feature.keys()):
+        ctx.codes(features, f, vocabulary(categories[f]))
+    return lz.concat(parts, axis=1) if len(parts) > 1 else features.values
 
 
 def _learner(booster: Any) -> dict[str, Any]:
@@ -115,12 +168,19 @@ def _booster_output(
     objective = learner["objective"]["name"]
     param = learner["learner_model_param"]
     k = max(int(param["num_class"]), int(param.get("num_target", "1")), 1)
-    trees = _trees(model, k, rounds)
-    ensemble = Ensemble(trees, features.width, float32_inputs=True)
+    parsed = _trees(model, k, rounds, features.width)
+    categories = trained_categories(model)
+    if categories and max(categories) >= features.width:
+        raise UnsupportedError(
+            f"the XGBoost model has categorical feature {max(categories)} but reads only "
+            f"{features.width} columns"
+        )
+    x = _decision_columns(features, parsed, categories, ctx)
+    ensemble = Ensemble(parsed.trees, int(x.shape[1]), float32_inputs=True)
     base = float32_from_text(str(param["base_score"]).strip("[]").split(","))
     margin = np.broadcast_to(_margin(base, objective), (k,))
     ctx.note(f"objective: {objective}")
-    raw = leaf_sum(ensemble, features.values, ctx) + ctx.param(margin, "base_margin")
+    raw = leaf_sum(ensemble, x, ctx) + ctx.param(margin, "base_margin")
     if objective in _IDENTITY:
         return raw
     if objective in _LOGISTIC:
@@ -151,8 +211,9 @@ def _wrapped(est: Any, learner: dict[str, Any], features: Features, ctx: Context
 
 
 _LIMITS = (
-    "gbtree; objectives: " + ", ".join(OBJECTIVES) + "; numerical splits (not categorical); "
-    "missing values as NaN"
+    "gbtree; objectives: " + ", ".join(OBJECTIVES) + "; numerical and categorical splits "
+    "(pandas category columns by value, unknown categories refused; or numeric codes); missing "
+    "values as NaN"
 )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.special
 import jaxlib
 import numpy as np
 from jax import lax
@@ -66,6 +67,22 @@ def _reduce_and(n: Node, a: list[Any], low: Lowering) -> Any:
     return lax.expand_dims(out, axes) if n.attr("keepdims") else out
 
 
+def _loop(n: Node, a: list[Any], low: Lowering) -> Any:
+    # One XLA while loop, the body lowered by this same rule table (nested loops recurse): a
+    # Python-unrolled loop would hand XLA trip_count copies of the body to compile.
+    body = n.attr("body")
+    init, invariants = a[0], a[1:]
+
+    def step(i: Any, carry: Any) -> Any:
+        values = (i, carry, *invariants)
+        names = dict(zip(body.input_names, values, strict=True))
+        inner = Lowering(names, {}, low.batch, low.policy)
+        (out,) = run_rules(RULES, body, inner)
+        return out
+
+    return lax.fori_loop(jnp.int32(0), jnp.int32(n.attr("trip_count")), step, init)
+
+
 RULES: dict[Op, Rule] = {
     Op.INPUT: lambda n, a, low: low.inputs[n.attr("name")],
     Op.PARAM: lambda n, a, low: low.params[n.attr("name")],
@@ -79,6 +96,7 @@ RULES: dict[Op, Rule] = {
     Op.TANH: _unary(jnp.tanh),
     Op.SIGMOID: _unary(jax.nn.sigmoid),
     Op.ERF: _unary(lax.erf),
+    Op.NDTRI: _unary(jax.scipy.special.ndtri),
     Op.FLOOR: _unary(jnp.floor),
     Op.ISNAN: _unary(jnp.isnan),
     Op.NOT: _unary(lax.bitwise_not),
@@ -122,6 +140,7 @@ RULES: dict[Op, Rule] = {
     Op.RESHAPE: lambda n, a, low: jnp.reshape(a[0], low.shape(n)),
     Op.BROADCAST: lambda n, a, low: jnp.broadcast_to(a[0], low.shape(n)),
     Op.TRANSPOSE: lambda n, a, low: jnp.transpose(a[0], n.attr("perm")),
+    Op.LOOP: _loop,
 }
 
 

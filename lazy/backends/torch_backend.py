@@ -150,6 +150,18 @@ def _reduce_and(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
     return x.squeeze(-1).reshape(low.shape(n))
 
 
+def _loop(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
+    # Eager: a Python loop running the body with this same rule table.
+    body = n.attr("body")
+    carry, invariants = a[0], a[1:]
+    for i in range(n.attr("trip_count")):
+        values = (torch.tensor(i, dtype=torch.int32), carry, *invariants)
+        names = dict(zip(body.input_names, values, strict=True))
+        inner = Lowering(names, {}, low.batch, low.policy)
+        (carry,) = run_rules(RULES, body, inner)
+    return carry
+
+
 RULES: dict[Op, Rule] = {
     Op.INPUT: lambda n, a, low: low.inputs[n.attr("name")],
     Op.PARAM: lambda n, a, low: low.params[n.attr("name")],
@@ -165,6 +177,7 @@ RULES: dict[Op, Rule] = {
     Op.TANH: _unary(torch.tanh),
     Op.SIGMOID: _unary(torch.sigmoid),
     Op.ERF: _unary(torch.erf),
+    Op.NDTRI: _unary(torch.special.ndtri),
     Op.FLOOR: _unary(torch.floor),
     Op.ISNAN: _unary(torch.isnan),
     Op.NOT: _signed_bits(
@@ -210,6 +223,7 @@ RULES: dict[Op, Rule] = {
     Op.RESHAPE: lambda n, a, low: a[0].reshape(low.shape(n)),
     Op.BROADCAST: lambda n, a, low: a[0].broadcast_to(low.shape(n)),
     Op.TRANSPOSE: lambda n, a, low: a[0].permute(n.attr("perm")),
+    Op.LOOP: _loop,
 }
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import lightgbm
 import numpy as np
+import pandas as pd
 import xgboost
 from conformance_lib import Case, Data, Unsupported, dataset
 
@@ -22,9 +24,10 @@ class BoostingCase(Case):
 
     def fitted(self) -> tuple[Any, Any, Data]:
         data = self.data() if callable(self.data) else dataset(self.data)
+        table = self.sample() if self.sample else data.x
         est = self.make()
-        est.fit(data.x, data.y, **self.fit_params)
-        return (self.booster(est) if self.booster else est), data.x, data
+        est.fit(table, data.y, **self.fit_params)
+        return (self.booster(est) if self.booster else est), table, data
 
 
 def _with_missing(kind: str) -> Data:
@@ -76,6 +79,43 @@ def _categorical_binary() -> Data:
 
 def _categorical_regression() -> Data:
     return _categorical("regression")
+
+
+@cache
+def _categorical_frame(kind: str) -> tuple[pd.DataFrame, np.ndarray]:
+    """Five numeric columns with NaN and three pandas category columns: strings in a non-sorted
+    category order with missing values, integers (0, 3, …, 33), and three sizes (few enough
+    for XGBoost's one-hot splits). The target depends on sets of categories of each."""
+    data = _with_missing(kind)
+    rng = np.random.default_rng(6)
+    n = len(data.x)
+    frame = pd.DataFrame(data.x[:, :5], columns=[f"n{i}" for i in range(5)])
+    colors = np.array(["red", "green", "blue", "amber", "teal", "plum", "gold", "jade"], object)
+    color = colors[rng.integers(0, len(colors), n)]
+    color[rng.random(n) < 0.1] = None
+    frame["color"] = pd.Categorical(color, categories=colors)
+    frame["shop"] = pd.Categorical(rng.integers(0, 12, n) * 3)
+    frame["size"] = pd.Categorical(rng.choice(["S", "M", "L"], n))
+    hit = frame["color"].isin(["red", "teal", "gold"]).to_numpy()
+    bonus = frame["shop"].isin([3, 12, 27]).to_numpy() | (frame["size"] == "L").to_numpy()
+    if kind == "regression":
+        return frame, data.y + 6.0 * hit + 3.0 * bonus
+    labels = np.unique(data.y, return_inverse=True)[1]  # XGBClassifier: labels 0..n-1
+    return frame, np.where(hit, labels.max(), np.where(bonus, 0, labels))
+
+
+def _frame_table(kind: str) -> Callable[[], pd.DataFrame]:
+    return lambda: _categorical_frame(kind)[0]
+
+
+def _frame_data(kind: str) -> Callable[[], Data]:
+    """The frame's target (``x``: its numeric columns; the cases fit on the frame itself)."""
+
+    def data() -> Data:
+        frame, y = _categorical_frame(kind)
+        return Data(frame.iloc[:, :5].to_numpy(), y)
+
+    return data
 
 
 def _int_labels(make: Callable[[], Data]) -> Callable[[], Data]:
@@ -199,6 +239,13 @@ CASES = {
             data=_int_labels(_binary),
             nan=True,
         ),
+        Case(
+            "xgb-clf-categorical",
+            _xgb(xgboost.XGBClassifier, enable_categorical=True, max_cat_to_onehot=1),
+            data=_frame_data("binary"),
+            sample=_frame_table("binary"),
+            nan=True,
+        ),
     ],
     xgboost.XGBRegressor: [
         Case("xgb-reg", _xgb(xgboost.XGBRegressor), data=_regression, nan=True),
@@ -212,6 +259,13 @@ CASES = {
             "xgb-reg-gamma-deep",
             _xgb(xgboost.XGBRegressor, objective="reg:gamma", max_depth=5, n_estimators=2),
             data=_positive_target,
+            nan=True,
+        ),
+        Case(  # the default max_cat_to_onehot (4): one-hot splits on size, partitions on others
+            "xgb-reg-categorical-onehot",
+            _xgb(xgboost.XGBRegressor, enable_categorical=True, max_depth=4),
+            data=_frame_data("regression"),
+            sample=_frame_table("regression"),
             nan=True,
         ),
     ],
@@ -234,13 +288,26 @@ CASES = {
             # Booster.predict takes a DMatrix (missing values: NaN).
             extra={"source": lambda est, method: lambda x: est.predict(xgboost.DMatrix(x))},
         ),
+        BoostingCase(
+            "xgb-booster-multiclass-categorical",
+            _xgb(xgboost.XGBClassifier, n_estimators=3, enable_categorical=True),
+            data=_frame_data("multiclass"),
+            sample=_frame_table("multiclass"),
+            nan=True,
+            booster=lambda est: est.get_booster(),
+            extra={
+                "source": lambda est, method: (
+                    lambda x: est.predict(xgboost.DMatrix(x, enable_categorical=True))
+                )
+            },
+        ),
     ],
 }
 
 _RANKER_FIT = "its fit needs query groups, which an Unsupported spec cannot pass"
 _BOOSTER = (
-    "none: a Booster is not built by fit(X, y); its rejections (linear trees, categorical "
-    "splits, objectives) share the wrappers' parser and are unit-tested in "
+    "none: a Booster is not built by fit(X, y); its rejections (linear trees, LightGBM pandas "
+    "categorical columns, objectives) share the wrappers' parser and are unit-tested in "
     "tests/compiler/converters/test_boosting.py"
 )
 

@@ -188,7 +188,12 @@ CASES = {
         Case("multi-output-regressor", lambda: MultiOutputRegressor(Ridge()), data="multioutput")
     ],
     MultiOutputClassifier: [
-        Case("multi-output-classifier", lambda: MultiOutputClassifier(_lr()), data=_multitarget)
+        Case("multi-output-classifier", lambda: MultiOutputClassifier(_lr()), data=_multitarget),
+        Case(
+            "multi-output-classifier-binary-pipelines",
+            lambda: MultiOutputClassifier(_scaled_lr()),
+            data=_multilabel,
+        ),
     ],
     RegressorChain: [
         Case(

@@ -6,6 +6,7 @@ import warnings
 
 import numpy as np
 from conformance_lib import Case, Data, Unsupported, dataset
+from sklearn.datasets import make_classification
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import (
     ARDRegression,
@@ -65,6 +66,13 @@ def _imbalanced() -> Data:
     d = dataset("multiclass")
     keep = (d.y != "cat") | (np.arange(len(d.y)) % 3 == 0)
     return Data(d.x[keep], d.y[keep])
+
+
+def _five_classes() -> Data:
+    x, y = make_classification(
+        240, 8, n_informative=5, n_redundant=0, n_classes=5, n_clusters_per_class=1, random_state=7
+    )
+    return Data(x, np.array(["ant", "bee", "cat", "dog", "eel"])[y])
 
 
 def _dot(a, b):
@@ -185,8 +193,26 @@ CASES = {
             lambda: SVC(kernel="linear", break_ties=True, C=0.1),
             data="multiclass",
         ),
+        # predict_proba: libsvm's pairwise coupling, a LOOP on the device
+        Case(
+            "svc-rbf-probability",
+            lambda: SVC(probability=True, random_state=0),
+            data="multiclass",
+        ),
+        Case(
+            "svc-linear-probability-5-classes",
+            lambda: SVC(kernel="linear", C=0.5, probability=True, random_state=0),
+            data=_five_classes,
+        ),
     ],
-    NuSVC: [Case("nu-svc", lambda: NuSVC(nu=0.3), data="multiclass")],
+    NuSVC: [
+        Case("nu-svc", lambda: NuSVC(nu=0.3), data="multiclass"),
+        Case(
+            "nu-svc-poly-probability-5-classes",
+            lambda: NuSVC(kernel="poly", degree=2, nu=0.3, probability=True, random_state=0),
+            data=_five_classes,
+        ),
+    ],
     SVR: [Case("svr-rbf", SVR, data="regression")],
     NuSVR: [Case("nu-svr-poly", lambda: NuSVR(kernel="poly", degree=2), data="regression")],
     OneClassSVM: [Case("one-class-svm", lambda: OneClassSVM(gamma=0.05, nu=0.2))],

@@ -79,6 +79,23 @@ CASES = {
         Case("quantile-uniform", lambda: QuantileTransformer(n_quantiles=100), nan=True),
         Case("quantile-all-rows", QuantileTransformer, data=_holes, nan=True),
         Case("quantile-ties", lambda: QuantileTransformer(n_quantiles=50), data=_ties, nan=True),
+        Case(
+            "quantile-normal",
+            lambda: QuantileTransformer(n_quantiles=100, output_distribution="normal"),
+            nan=True,
+        ),
+        Case(
+            "quantile-normal-all-rows",
+            lambda: QuantileTransformer(output_distribution="normal"),
+            data=_holes,
+            nan=True,
+        ),
+        Case(
+            "quantile-normal-ties",
+            lambda: QuantileTransformer(n_quantiles=50, output_distribution="normal"),
+            data=_ties,
+            nan=True,
+        ),
     ],
     PowerTransformer: [
         Case("power-yeo-johnson", PowerTransformer, data="regression", nan=True),
@@ -150,10 +167,8 @@ CASES = {
 
 UNSUPPORTED = {
     KBinsDiscretizer: "none: every encode and strategy is supported (sparse one-hot as dense)",
-    QuantileTransformer: Unsupported(
-        lambda: QuantileTransformer(n_quantiles=20, output_distribution="normal"),
-        match="output_distribution",
-    ),
+    QuantileTransformer: "none: both output distributions are supported "
+    "(ignore_implicit_zeros only concerns sparse input, which is not accepted)",
     SplineTransformer: Unsupported(
         lambda: SplineTransformer(n_knots=3, sparse_output=True), match="sparse_output"
     ),

@@ -101,7 +101,12 @@ def _dense(a: Any) -> np.ndarray:
     return np.asarray(a.toarray() if hasattr(a, "toarray") else a)
 
 
-def assert_same(method: str, got: np.ndarray, expected: Any, rtol: float = RTOL32) -> None:
+def assert_same(method: str, got: Any, expected: Any, rtol: float = RTOL32) -> None:
+    if isinstance(expected, list):  # one array per output (MultiOutputClassifier.predict_proba)
+        assert isinstance(got, list) and len(got) == len(expected), (method, type(got))
+        for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+            assert_same(f"{method}[{i}]", g, e, rtol)
+        return
     expected = _dense(expected)
     assert got.shape == expected.shape, (method, got.shape, expected.shape)
     if expected.dtype.kind in "fc":
@@ -124,6 +129,17 @@ def _parity(reg: compiler.Registration, case: Case, backend: str, table: Any = N
     model = _model(case, backend)
     for method in _methods(est, model):
         assert_same(method, getattr(model, method)(table), _source(case, est, method)(table))
+
+
+def _flat(outputs: Any) -> dict[str, np.ndarray]:
+    """Heads by name, a list-valued head as one entry per output array."""
+    flat = {}
+    for method, values in outputs.items():
+        if isinstance(values, list):
+            flat.update({f"{method}[{i}]": v for i, v in enumerate(values)})
+        else:
+            flat[method] = values
+    return flat
 
 
 def _with_nan(table: Any) -> Any:
@@ -162,16 +178,17 @@ def test_conformance(reg: compiler.Registration, case: Case, check: str) -> None
     elif check == "batch_vs_row":
         est, table, _ = _fitted(case)
         model = _model(case, "jax")
-        batch = model.outputs(_rows(table, slice(0, 12)))
+        batch = _flat(model.outputs(_rows(table, slice(0, 12))))
         for i in range(12):
-            row = model.outputs(_rows(table, slice(i, i + 1)))
+            row = _flat(model.outputs(_rows(table, slice(i, i + 1))))
             for method, values in row.items():
                 assert_same(method, values[0], batch[method][i], rtol=1e-6)
     elif check == "row_order":
         est, table, _ = _fitted(case)
         model = _model(case, "jax")
         order = np.random.default_rng(0).permutation(len(table))
-        straight, shuffled = model.outputs(table), model.outputs(_rows(table, order))
+        straight = _flat(model.outputs(table))
+        shuffled = _flat(model.outputs(_rows(table, order)))
         for method, values in shuffled.items():
             assert_same(method, values, straight[method][order], rtol=1e-6)
     elif check == "nan":

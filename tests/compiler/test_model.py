@@ -8,6 +8,7 @@ import pytest
 from cases_core import Doubler
 from sklearn.datasets import make_classification
 from sklearn.linear_model import LogisticRegression
+from sklearn.multioutput import MultiOutputClassifier
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
@@ -113,3 +114,23 @@ def test_labels_of_any_type_come_back_exactly(data) -> None:
         got = compiler.compile(est, options=compiler.CompileOptions(max_batch=8)).predict(x)
         assert got.dtype == est.predict(x).dtype
         np.testing.assert_array_equal(got, est.predict(x))
+
+
+def test_a_list_valued_head_is_one_device_output_split_on_the_host(data) -> None:
+    """MultiOutputClassifier.predict_proba is a list of per-target arrays: the device computes
+    them side by side, ``decode`` (and every public method) splits them as scikit-learn does."""
+    frame, y = data
+    targets = np.column_stack(
+        [y, np.where(frame["a"] > 0, "up", np.where(frame["b"] > 0, "flat", "down"))]
+    )
+    est = MultiOutputClassifier(LogisticRegression()).fit(frame, targets)
+    model = compiler.compile(est, options=compiler.CompileOptions(max_batch=32))
+    assert model.traced.splits == {"predict_proba": (2, 3)}
+    raw = model.run(frame)["predict_proba"]
+    assert raw.shape == (len(frame), 5)
+    expected = est.predict_proba(frame)
+    for got in (model.predict_proba(frame), model.decode({"predict_proba": raw})["predict_proba"]):
+        assert isinstance(got, list) and [p.shape for p in got] == [(120, 2), (120, 3)]
+        for g, e in zip(got, expected, strict=True):
+            np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(model.predict(frame), est.predict(frame))

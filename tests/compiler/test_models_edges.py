@@ -2,33 +2,14 @@
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
-import pytest
 from conformance_lib import dataset
 from sklearn.linear_model import SGDClassifier
 from sklearn.naive_bayes import CategoricalNB
-from sklearn.svm import SVC
 
 import compiler
 
 _REFERENCE = compiler.CompileOptions(backend="interpreter", dtype="float64")
-
-
-def test_svc_probability_is_not_compiled_and_says_why() -> None:
-    d = dataset("multiclass")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        est = SVC(probability=True, random_state=0).fit(d.x, d.y)
-    model = compiler.compile(est, options=_REFERENCE)
-    assert "predict_proba" not in model.methods
-    assert "pairwise coupling" in model.report.steps[0].detail
-    with pytest.raises(compiler.UnsupportedError, match="predict_proba"):
-        compiler.compile(
-            est,
-            options=compiler.CompileOptions(backend="interpreter", methods=("predict_proba",)),
-        )
 
 
 def test_sgd_modified_huber_all_clipped_rows_are_uniform() -> None:

@@ -56,6 +56,7 @@ def test_specs_are_keyed_by_their_op() -> None:
             "gather",
             "reduction",
             "layout",
+            "control",
         }, op
         assert (spec.arity == 0) == (spec.kind == "leaf"), op
 

@@ -17,6 +17,7 @@ import compiler
 from compiler.converters._gbdt import float32_from_text
 
 INTERPRETER = compiler.CompileOptions(backend="interpreter", dtype="float64")
+JAX = compiler.CompileOptions(backend="jax", max_batch=256, warmup=False)
 
 
 def _data(rows: int = 160) -> tuple[np.ndarray, np.ndarray]:
@@ -138,6 +139,62 @@ def test_lightgbm_categorical_codes_truncate() -> None:
     _assert_parity(compiler.compile(booster, options=INTERPRETER), booster.predict, query)
 
 
+@pytest.mark.parametrize("max_cat_to_onehot", [1, 64], ids=["partition", "one-hot"])
+def test_xgboost_categorical_codes_truncate_and_invalid_ones_go_left(
+    max_cat_to_onehot: int,
+) -> None:
+    """A model trained on numeric codes reads the float32 value: NaN takes the default child;
+    0 <= v < 2**24 goes right iff int(v) is in the node's set; anything else goes left."""
+    rng = np.random.default_rng(1)
+    x = np.column_stack([rng.normal(size=300), rng.integers(0, 12, 300).astype(float)])
+    x[rng.random(300) < 0.1, 1] = np.nan
+    y = np.isin(x[:, 1], [2, 5, 9]) * 4.0 + x[:, 0]
+    params = {"max_depth": 3, "max_cat_to_onehot": max_cat_to_onehot, "min_child_weight": 0.5}
+    types = ["q", "c"]
+    train = xgboost.DMatrix(x, y, feature_types=types, enable_categorical=True)
+    booster = xgboost.train(params, train, num_boost_round=4)
+    codes = [np.nan, -2.0, -1.0, -0.5, -0.0, 0.0, 1.9, 2.0, 2.99, 5.5, 9.0, 11.0, 12.0, 1e6]
+    codes += [2.0**24 - 1, 2.0**24, 16777215.5, 1e12]  # the last two round to 2**24 in float32
+    query = np.column_stack([np.zeros(len(codes)), codes])
+    expected = booster.predict(xgboost.DMatrix(query, feature_types=types, enable_categorical=True))
+    assert len(np.unique(expected.round(3))) >= 2  # the codes take different paths
+    for options in (INTERPRETER, JAX):
+        got = compiler.compile(booster, options=options).predict(query)
+        # XGBoost sums in float32: compare at float32 precision.
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_xgboost_reads_dataframe_categories_by_value() -> None:
+    """A model fitted on pandas categories: rows are encoded by category value (any category
+    order, dict rows too); missing ones take the default child; unknown ones are refused."""
+    rng = np.random.default_rng(2)
+    colors = ["red", "green", "blue", "teal", "plum"]
+    frame = pd.DataFrame(
+        {
+            "a": rng.normal(size=200),
+            "color": pd.Categorical(rng.choice(colors, 200), categories=colors),
+            "unused": pd.Categorical(rng.choice(["p", "q"], 200)),
+        }
+    )
+    frame.loc[rng.random(200) < 0.1, "color"] = None
+    y = frame["a"] + 3.0 * frame["color"].isin(["green", "plum"])
+    est = xgboost.XGBRegressor(
+        n_estimators=3, max_depth=2, enable_categorical=True, max_cat_to_onehot=1
+    ).fit(frame, y)
+    model = compiler.compile(est, sample=frame, options=JAX)
+    expected = est.predict(frame)
+    np.testing.assert_allclose(model.predict(frame), expected, rtol=1e-5, atol=1e-5)
+    reordered = frame.assign(color=frame["color"].cat.reorder_categories(colors[::-1]))
+    np.testing.assert_allclose(model.predict(reordered), expected, rtol=1e-5, atol=1e-5)
+    rows = frame.head(8).astype(object).where(frame.head(8).notna(), None).to_dict("records")
+    np.testing.assert_allclose(model.predict(rows), expected[:8], rtol=1e-5, atol=1e-5)
+    unknown = frame.head(3).assign(color=pd.Categorical(["red", "olive", "blue"]))
+    with pytest.raises(compiler.SchemaError, match=r"'color', row 1: unknown category 'olive'"):
+        model.predict(unknown)
+    with pytest.raises(compiler.SchemaError, match=r"'unused', row 0: unknown category 'r'"):
+        model.predict(frame.head(1).assign(unused=pd.Categorical(["r"])))
+
+
 def test_float32_from_text_rounds_once() -> None:
     values = np.random.default_rng(2).normal(size=200).astype(np.float32)
     assert np.array_equal(float32_from_text([repr(float(v)) for v in values]), values)
@@ -180,12 +237,6 @@ def test_rejections() -> None:
     dart = xgboost.train({"booster": "dart", "max_depth": 2}, xgboost.DMatrix(x, y), 2)
     with pytest.raises(compiler.UnsupportedError, match="dart"):
         compiler.compile(dart)
-    categories = pd.DataFrame({"c": pd.Categorical(np.where(y > 0, "p", "n"))})
-    xcat = xgboost.train(
-        {"max_depth": 2}, xgboost.DMatrix(categories, y, enable_categorical=True), 2
-    )
-    with pytest.raises(compiler.UnsupportedError, match="categorical"):
-        compiler.compile(xcat)
     custom = lightgbm.train(
         {"objective": "cross_entropy_lambda", "verbose": -1},
         lightgbm.Dataset(x, (y > 0).astype(float)),

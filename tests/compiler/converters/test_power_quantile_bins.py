@@ -53,6 +53,31 @@ def test_quantiles_are_exact_for_float32_rows_next_to_every_quantile() -> None:
     np.testing.assert_allclose(model.transform(rows), est.transform(rows), rtol=0, atol=1e-5)
 
 
+def test_normal_output_is_exact_for_float32_rows_near_every_quantile_and_bound() -> None:
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((300, 2)) * 0.1  # |q| < 0.5: several float32 values per 1e-7
+    x[40:80, 1] = 0.05  # a repeated quantile
+    # Column 0: 12 rows 1e-7 apart below and above the rest make the outer segments so narrow
+    # that rows just inside scikit-learn's bounds (q[0] + 1e-7, q[-1] - 1e-7) would otherwise map
+    # deep into a tail instead of onto the clip values.
+    x[:12, 0] = x[:, 0].min() - 1e-3 + np.arange(12) * 1e-7
+    x[12:24, 0] = x[:, 0].max() + 1e-3 + np.arange(12) * 1e-7
+    est = QuantileTransformer(n_quantiles=60, output_distribution="normal").fit(x)
+    q = est.quantiles_
+    bounds = [np.concatenate([q[:, 0], q[[0, -1], 0] + [1e-7, -1e-7]]), q[:, 1]]
+    rows = [_rows_near(bounds, 600)]
+    # Column 1: rows across the outer segments, down to 1e-5 of their width from the ends,
+    # where the uniform value is within ~1e-7 of 0 or 1 and ppf is steepest.
+    depth = 10.0 ** rng.uniform(-5.0, 0.0, 200)
+    for end, inner in ((0, 1), (-1, -2)):
+        column = q[end, 1] + (q[inner, 1] - q[end, 1]) * depth
+        rows.append(np.column_stack([np.zeros(200), column]).astype(np.float32))
+    rows.append(np.array([[-9.0, 9.0], [9.0, -9.0], [np.nan, 0.1]]))
+    table = np.vstack(rows).astype(np.float64)
+    model = compiler.compile(est, options=JAX)
+    np.testing.assert_allclose(model.transform(table), est.transform(table), rtol=1e-6, atol=1e-6)
+
+
 def _with_lambdas(method: str, column: np.ndarray, lambdas: list[float]) -> PowerTransformer:
     est = PowerTransformer(method=method, standardize=False).fit(np.tile(column, (1, 2)))
     est.lambdas_ = np.asarray(lambdas)  # our own estimator: set the branches we want to test

@@ -252,6 +252,21 @@ unary_cases(
     float32_saturated=choice(-200.0, -30.0, 0.0, 30.0, 200.0, -np.inf, np.inf),
 )
 unary_cases(Op.ERF, lz.erf, float32=normal(1.5), float32_tails=choice(-6.0, -0.0, 6.0, np.inf))
+_NDTRI_ULPS = "XLA's and torch's float32 ndtri are within 4 ulp of the float64 value"
+case(Op.NDTRI, "float32", rtol=2e-6, why=_NDTRI_ULPS)(
+    lambda t: {"y": lz.ndtri(t.input("x", (2, 3), draw=uniform(0.0, 1.0)))}
+)
+case(Op.NDTRI, "float32_edges", rtol=2e-6, why=_NDTRI_ULPS)(
+    # the poles, the far tails (1e-30 is a normal float32: XLA flushes subnormals to zero),
+    # the float32 just below 1, and arguments outside [0, 1]
+    lambda t: {
+        "y": lz.ndtri(
+            t.input(
+                "x", (2, 3), draw=choice(0.0, 1.0, 0.5, 1e-30, 1e-7, 1 - 2**-24, -0.5, 1.5, np.nan)
+            )
+        )
+    }
+)
 unary_cases(
     Op.FLOOR,
     lz.floor,
@@ -685,6 +700,45 @@ def _(t: Trace):
     i = t.input("i", (2, 3), "int32", _INT32)
     c = t.input("c", (2, 3), "bool", bools())
     return {"i": lz.transpose(i, (0, 2, 1)), "c": lz.transpose(c, (0, 2, 1))}
+
+
+# control flow
+
+
+@case(Op.LOOP, "newton_sqrt_with_param_invariant")
+def _(t: Trace):
+    a = t.input("a", (2, 3), draw=uniform(0.05, 50.0))
+    scale = t.param("scale", (3,), draw=uniform(0.5, 2.0))
+
+    def newton(i, y, a, scale):
+        return 0.5 * (y + a * scale / y)
+
+    return {"sqrt": lz.fori_loop(12, newton, a * 0.0 + 4.0, a, scale)}
+
+
+@case(Op.LOOP, "recurrence_reading_the_index", rtol=1e-5, why="12 float32 roundings accumulate")
+def _(t: Trace):
+    x = t.input("x", (4,))
+    codes = t.input("codes", (4,), "int32", _INT32)
+
+    def decay(i, carry, x):
+        return carry * 0.75 + x * lz.cast(i, "float32")
+
+    def count(i, acc, codes):
+        return acc + codes * (i + 1)
+
+    return {"float": lz.fori_loop(12, decay, x, x), "int32": lz.fori_loop(5, count, codes, codes)}
+
+
+@case(Op.LOOP, "nested_and_zero_trips")
+def _(t: Trace):
+    x = t.input("x", (3,), draw=uniform(-1.0, 1.0))
+
+    def outer(i, carry, x):
+        inner = lz.fori_loop(3, lambda j, c, x: c * x + lz.cast(j, "float32"), carry, x)
+        return inner * 0.5 + lz.cast(i, "float32")
+
+    return {"nested": lz.fori_loop(4, outer, x, x), "zero_trips": lz.fori_loop(0, outer, x, x)}
 
 
 # --- the tests -------------------------------------------------------------------------------
