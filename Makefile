@@ -11,8 +11,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -e '.[test]'
 	touch $@
 
+# The service on http://127.0.0.1:8000 with a local model store and the iris demo model.
 run: $(STAMP)
-	$(BIN)/kestrel demo --cache-dir .kestrel-cache
+	$(BIN)/kestrel serve --demo --store .kestrel/store --cache-dir .kestrel/cache
 
 # Each recipe line must succeed; pytest exit code 5 (no tests collected) fails the target.
 test: $(STAMP)

@@ -1,10 +1,13 @@
-"""Command-line entry point: ``kestrel <command>``."""
+"""Command-line entry point: ``kestrel serve | register | compile | demo``."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -13,11 +16,148 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(cache_dir=args.cache_dir, max_batch=args.max_batch)
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from service import logs
+    from service.app import create_app
+    from service.settings import Settings
+
+    overrides: dict[str, Any] = {
+        key: value
+        for key, value in {
+            "host": args.host,
+            "port": args.port,
+            "store_url": args.store,
+            "cache_dir": args.cache_dir,
+            "log_format": args.log_format,
+        }.items()
+        if value is not None
+    }
+    if args.demo:
+        overrides["demo_model"] = True
+    if args.allow_unauthenticated_management:
+        overrides["allow_unauthenticated_management"] = True
+    settings = Settings(**overrides)
+    logs.configure(settings.log_level, settings.log_format)
+    if settings.management_exposed_without_token() and not (
+        settings.allow_unauthenticated_management
+    ):
+        print(
+            f"refusing to serve model management on {settings.host} without a token: set "
+            "KESTREL_ADMIN_TOKEN, bind to 127.0.0.1, or pass --allow-unauthenticated-management",
+            file=sys.stderr,
+        )
+        return 2
+    app = create_app(settings)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        http="httptools",
+        workers=1,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=30,
+    )
+    return 0
+
+
+def _cmd_register(args: argparse.Namespace) -> int:
+    import httpx
+    import orjson
+
+    path: Path = args.file
+    data = {"name": args.name}
+    if args.version:
+        data["version"] = args.version
+    if args.format:
+        data["format"] = args.format
+    if args.sample:
+        data["sample"] = args.sample.read_text()
+    if args.options:
+        data["options"] = args.options
+    token = args.token or os.environ.get("KESTREL_ADMIN_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with path.open("rb") as fh:
+        response = httpx.post(
+            f"{args.url.rstrip('/')}/models",
+            params={"wait": "false" if args.no_wait else "true"},
+            data=data,
+            files={"file": (path.name, fh)},
+            headers=headers,
+            timeout=args.timeout,
+        )
+    try:
+        doc = response.json()
+    except ValueError:
+        doc = {"status": response.status_code, "body": response.text}
+    print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
+    return 0 if response.status_code in (201, 202) else 1
+
+
+def _cmd_compile(args: argparse.Namespace) -> int:
+    from service.offline import compile_file
+
+    return compile_file(
+        args.file,
+        sample=args.sample,
+        max_batch=args.max_batch,
+        tree_strategy=args.tree_strategy,
+        dtype=args.dtype,
+        cache_dir=args.cache_dir,
+        allow_pickle=args.allow_pickle,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kestrel", description="Serve traditional ML models compiled to XLA."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the HTTP service (settings: KESTREL_* variables)")
+    serve.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=None, help="port (default 8000)")
+    serve.add_argument("--store", default=None, help="model store: a path or fsspec URL")
+    serve.add_argument("--cache-dir", default=None, help="trusted compiled-executable cache")
+    serve.add_argument("--demo", action="store_true", help="register the iris demo model")
+    serve.add_argument("--log-format", choices=("text", "json"), default=None)
+    serve.add_argument(
+        "--allow-unauthenticated-management",
+        action="store_true",
+        help="serve management routes on a non-loopback address without an admin token",
+    )
+    serve.set_defaults(func=_cmd_serve)
+
+    register = sub.add_parser("register", help="upload a model file to a running service")
+    register.add_argument("file", type=Path)
+    register.add_argument("--name", required=True)
+    register.add_argument("--version", default=None)
+    register.add_argument("--format", default=None, help="skops, lightgbm, xgboost-json, …")
+    register.add_argument("--sample", type=Path, default=None, help="JSON rows for parity")
+    register.add_argument("--options", default=None, help='JSON, e.g. {"max_batch": 512}')
+    register.add_argument("--url", default="http://127.0.0.1:8000")
+    register.add_argument("--token", default=None, help="admin token (or KESTREL_ADMIN_TOKEN)")
+    register.add_argument("--no-wait", action="store_true", help="return at once (202)")
+    register.add_argument("--timeout", type=float, default=900.0)
+    register.set_defaults(func=_cmd_register)
+
+    comp = sub.add_parser("compile", help="compile a model file offline and time each bucket")
+    comp.add_argument("file", type=Path)
+    comp.add_argument("--sample", type=Path, default=None, help="JSON rows for schema/parity")
+    comp.add_argument("--max-batch", type=int, default=1024)
+    comp.add_argument(
+        "--tree-strategy",
+        default="auto",
+        choices=("auto", "gemm", "traversal", "perfect", "bitvector", "hybrid"),
+    )
+    comp.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    comp.add_argument("--cache-dir", type=Path, default=None)
+    comp.add_argument("--allow-pickle", action="store_true", help="the file is yours: unpickle it")
+    comp.set_defaults(func=_cmd_compile)
+
     demo = sub.add_parser("demo", help="compile a small pipeline and show it serving")
     demo.add_argument(
         "--cache-dir",

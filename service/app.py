@@ -1,0 +1,418 @@
+"""The HTTP application: ``create_app(settings)``.
+
+Routes are thin: they parse HTTP, check tokens and call the :class:`ModelManager`, which knows
+nothing about HTTP. Every error leaves as ``{"error": {"code", "message", "request_id"}}``.
+
+Registration is asynchronous: ``POST /models`` validates the upload (format, trusted types,
+supported classes) and answers ``202 Accepted`` with a ``Location`` to poll while the version
+compiles, warms and passes its parity check; with ``?wait=true`` it answers only when the version
+is READY (``201``) or FAILED (``422`` with the reason), waiting at most ``register_wait_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import FastAPI, File, Form, Query, Request, UploadFile
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+import compiler
+import lazy as lz
+from service import artifacts, batcher, codecs, store
+from service.errors import (
+    BadRequest,
+    Forbidden,
+    InvalidInput,
+    PayloadTooLarge,
+    ServiceError,
+    Unauthorized,
+    http_error_for,
+)
+from service.metrics import Metrics
+from service.middleware import ServiceMiddleware, request_id_var
+from service.models import ModelManager, ModelOptions, State, Upload, failure_error
+from service.settings import Settings
+from service.store import ModelStore
+
+log = logging.getLogger("kestrel.app")
+
+DEADLINE_HEADER = "x-kestrel-timeout-ms"
+# Errors of the layers below that carry a client-facing meaning (see errors.http_error_for).
+LIBRARY_ERRORS: tuple[type[Exception], ...] = (
+    compiler.CompilerError,
+    artifacts.ArtifactError,
+    batcher.BatcherError,
+    store.StoreError,
+    ValueError,  # parity and codec errors; anything unmapped is logged and answered 500
+)
+
+
+def json_response(doc: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(
+        codecs.encode_json(doc), status_code=status, media_type="application/json", headers=headers
+    )
+
+
+def error_response(err: ServiceError, path: str = "") -> Response:
+    """The error as JSON; v2 routes use the protocol's own shape, ``{"error": "<message>"}``."""
+    if path.startswith("/v2"):
+        return json_response({"error": err.message}, err.status, err.headers)
+    return json_response(err.body(request_id_var.get()), err.status, err.headers)
+
+
+class Auth:
+    """Token checks: management needs the admin token (when one is set); scoring may need one."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.admin = settings.admin_token.get_secret_value() if settings.admin_token else None
+        scoring = settings.scoring_token
+        self.scoring = scoring.get_secret_value() if scoring else None
+
+    @staticmethod
+    def _presented(request: Request) -> str | None:
+        value = request.headers.get("authorization")
+        if value and value.lower().startswith("bearer "):
+            return value[7:].strip()
+        return request.headers.get("x-kestrel-token")
+
+    def _check(self, request: Request, accepted: list[str], what: str) -> None:
+        token = self._presented(request)
+        if token is None:
+            raise Unauthorized(f"{what} needs a token: send 'Authorization: Bearer <token>'")
+        if not any(hmac.compare_digest(token.encode(), t.encode()) for t in accepted):
+            raise Forbidden(f"the token presented is not valid for {what}")
+
+    def admin_presented(self, request: Request) -> bool:
+        token = self._presented(request)
+        return bool(
+            self.admin and token and hmac.compare_digest(token.encode(), self.admin.encode())
+        )
+
+    def management(self, request: Request) -> None:
+        if self.admin is not None:
+            self._check(request, [self.admin], "model management")
+
+    def scoring_route(self, request: Request) -> None:
+        if self.scoring is not None:
+            self._check(request, [t for t in (self.scoring, self.admin) if t], "scoring")
+
+
+def create_app(
+    settings: Settings | None = None, registry: CollectorRegistry | None = None
+) -> FastAPI:
+    """The Kestrel application for ``settings`` (environment by default)."""
+    settings = settings or Settings()
+    metrics = Metrics(registry)
+    cache = lz.ExecutableCache(disk_dir=settings.cache_dir)
+    metrics.add_cache_collector(cache)
+    store = ModelStore(settings.store_url, dict(settings.store_options) or None)
+    manager = ModelManager(settings, store, metrics, cache)
+    auth = Auth(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        tasks = [asyncio.create_task(_start(manager, settings))]
+        if settings.poll_interval_s > 0:
+            tasks.append(asyncio.create_task(_poll(manager, settings.poll_interval_s)))
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            await manager.close()
+
+    app = FastAPI(
+        title="Kestrel",
+        version="0.1.0",
+        summary="Serve scikit-learn, LightGBM and XGBoost models compiled to XLA.",
+        lifespan=lifespan,
+    )
+    app.state.settings, app.state.manager, app.state.metrics = settings, manager, metrics
+    app.state.auth, app.state.cache, app.state.store = auth, cache, store
+
+    @app.exception_handler(ServiceError)
+    async def _service_error(request: Request, exc: ServiceError) -> Response:
+        _count_rejection(metrics, manager, request, exc)
+        return error_response(exc, request.url.path)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        err = InvalidInput(f"invalid request: {problems}")
+        _count_rejection(metrics, manager, request, err)
+        return error_response(err, request.url.path)
+
+    async def _library_error(request: Request, exc: Exception) -> Response:
+        # Registered per library base class so it runs inside the middleware (request id,
+        # metrics); a bare ``Exception`` handler would run outside it.
+        mapped = http_error_for(exc)
+        if mapped is not None:
+            _count_rejection(metrics, manager, request, mapped)
+            return error_response(mapped, request.url.path)
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        internal = ServiceError(f"internal error ({type(exc).__name__}); see the log")
+        return error_response(internal, request.url.path)
+
+    for error_class in LIBRARY_ERRORS:
+        app.add_exception_handler(error_class, _library_error)
+
+    # -- health and metrics ------------------------------------------------------------------
+    @app.get("/healthz", tags=["health"], summary="Liveness")
+    async def healthz() -> Response:
+        return json_response({"status": "ok"})
+
+    @app.get("/readyz", tags=["health"], summary="Readiness: stored models recovered")
+    async def readyz() -> Response:
+        if not manager.is_ready():
+            return json_response({"status": "recovering"}, 503)
+        return json_response({"status": "ready"})
+
+    @app.get("/metrics", tags=["health"], summary="Prometheus metrics")
+    async def prometheus() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    # -- model management ----------------------------------------------------------------------
+    @app.post("/models", tags=["models"], status_code=202, summary="Register a model version")
+    async def register_model(
+        request: Request,
+        file: Annotated[UploadFile, File(description="the model artifact")],
+        name: Annotated[str, Form(description="model name")],
+        version: Annotated[str | None, Form()] = None,
+        format: Annotated[
+            str | None, Form(description="skops, lightgbm, xgboost-json, ...")
+        ] = None,
+        sample: Annotated[str | None, Form(description="JSON rows for schema and parity")] = None,
+        options: Annotated[str | None, Form(description="JSON object of ModelOptions")] = None,
+        wait: Annotated[bool, Query(description="answer when READY or FAILED")] = False,
+    ) -> Response:
+        auth.management(request)
+        data = await file.read()
+        if not data:
+            raise BadRequest("the uploaded file is empty")
+        if len(data) > settings.max_upload_bytes:  # the middleware refuses most before this
+            raise PayloadTooLarge(f"the upload exceeds {settings.max_upload_bytes} bytes")
+        upload = Upload(
+            name=name,
+            data=data,
+            filename=file.filename or "",
+            version=version or None,
+            format=format or None,
+            sample=_parse_sample(sample),
+            options=_parse_options(options),
+        )
+        fmt = upload.format
+        if fmt == "pickle" or (fmt is None and data[:1] == b"\x80"):
+            upload.pickle_allowed = _pickle_allowed(settings, auth, request)
+        mv = await manager.register(upload)
+        location = f"/models/{mv.name}/versions/{mv.version}"
+        if wait:
+            await manager.wait(mv, settings.register_wait_s)
+            if mv.state is State.FAILED:
+                raise failure_error(mv)
+            if mv.state is State.READY:
+                return json_response(mv.describe(), 201, {"Location": location})
+        return json_response(mv.describe(), 202, {"Location": location})
+
+    @app.get("/models", tags=["models"], summary="List models")
+    async def list_models(request: Request) -> Response:
+        auth.management(request)
+        out = []
+        for name in manager.names():
+            current = manager.current(name)
+            out.append(
+                {
+                    "name": name,
+                    "current": current.version if current else None,
+                    "versions": [
+                        {"version": v.version, "state": v.state.value}
+                        for v in manager.versions(name)
+                    ],
+                }
+            )
+        return json_response({"models": out})
+
+    @app.get("/models/{name}", tags=["models"], summary="Describe a model")
+    async def describe_model(request: Request, name: str) -> Response:
+        auth.management(request)
+        current = manager.current(name)
+        return json_response(
+            {
+                "name": name,
+                "current": current.version if current else None,
+                "versions": [v.describe() for v in manager.versions(name)],
+            }
+        )
+
+    @app.get("/models/{name}/versions/{version}", tags=["models"], summary="Describe a version")
+    async def describe_version(request: Request, name: str, version: str) -> Response:
+        auth.management(request)
+        return json_response(manager.lookup(name, version).describe())
+
+    @app.delete("/models/{name}", tags=["models"], summary="Delete a model and all its versions")
+    async def delete_model(request: Request, name: str) -> Response:
+        auth.management(request)
+        await manager.delete(name)
+        return Response(status_code=204)
+
+    @app.delete("/models/{name}/versions/{version}", tags=["models"], summary="Delete one version")
+    async def delete_version(request: Request, name: str, version: str) -> Response:
+        auth.management(request)
+        await manager.delete(name, version)
+        return Response(status_code=204)
+
+    # -- scoring -------------------------------------------------------------------------------
+    async def score(request: Request, name: str, version: str | None) -> Response:
+        auth.scoring_route(request)
+        body = await request.body()
+        decoded = codecs.decode_predict(body, request.headers.get("content-type"))
+        outputs = decoded.outputs or codecs.parse_outputs(
+            request.query_params.get("outputs"), field="outputs"
+        )
+        result = await manager.predict(
+            name,
+            version,
+            decoded.data,
+            outputs=outputs,
+            deadline=deadline_from(request.headers.get(DEADLINE_HEADER), settings),
+        )
+        t0 = time.perf_counter()
+        doc = {
+            "model": name,
+            "version": result.version.version,
+            "rows": result.rows,
+            "outputs": {k: codecs.jsonable(v) for k, v in result.outputs.items()},
+        }
+        response = json_response(doc)
+        metrics.codec_seconds.labels(name, "encode").observe(time.perf_counter() - t0)
+        return response
+
+    predict_doc = (
+        "Score rows. Body by Content-Type: JSON (rows as objects or arrays, or "
+        '{"rows"|"columns"|"instances": ..., "outputs": [...]}), Arrow IPC, or .npy. '
+        f"Optional deadline header {DEADLINE_HEADER}."
+    )
+
+    @app.post("/models/{name}/predict", tags=["scoring"], summary="Score with the current version")
+    async def predict_current(request: Request, name: str) -> Response:
+        return await score(request, name, None)
+
+    @app.post(
+        "/models/{name}/versions/{version}/predict",
+        tags=["scoring"],
+        summary="Score with a given version",
+        description=predict_doc,
+    )
+    async def predict_version(request: Request, name: str, version: str) -> Response:
+        return await score(request, name, version)
+
+    @app.post("/predict", tags=["scoring"], summary="Score (model named by ?model=)")
+    async def predict(
+        request: Request,
+        model: Annotated[str, Query(description="model name")],
+        version: Annotated[str | None, Query()] = None,
+    ) -> Response:
+        return await score(request, model, version)
+
+    from service.v2 import add_v2_routes
+
+    add_v2_routes(app, manager, auth, settings)
+
+    def limit_for(path: str, method: str) -> int:
+        if method == "POST" and path.rstrip("/") in ("/models", "/v2/repository/models"):
+            return settings.max_upload_bytes
+        return settings.max_body_bytes
+
+    def model_label(name: str | None) -> str:
+        return name if name is not None and manager.knows(name) else "_none"
+
+    app.add_middleware(
+        ServiceMiddleware, metrics=metrics, limit_for=limit_for, model_label=model_label
+    )
+    return app
+
+
+def deadline_from(header: str | None, settings: Settings) -> float | None:
+    """Absolute ``time.monotonic()`` deadline from a relative timeout in milliseconds."""
+    timeout_s = settings.request_timeout_s
+    if header is not None:
+        try:
+            ms = float(header)
+        except ValueError:
+            raise BadRequest(f"{DEADLINE_HEADER} must be a number of milliseconds") from None
+        if not ms > 0:
+            raise BadRequest(f"{DEADLINE_HEADER} must be positive, got {header}")
+        timeout_s = ms / 1e3 if timeout_s is None else min(timeout_s, ms / 1e3)
+    return None if timeout_s is None else time.monotonic() + timeout_s
+
+
+def _parse_sample(text: str | None) -> Any:
+    if text is None or not text.strip():
+        return None
+    doc = codecs.parse_json(text.encode())
+    if isinstance(doc, dict) and "rows" in doc:
+        doc = doc["rows"]
+    if isinstance(doc, dict) and "columns" in doc:
+        doc = doc["columns"]
+    if not isinstance(doc, (list, dict)) or not doc:
+        raise BadRequest("'sample' must be JSON rows (a non-empty list) or {column: [values]}")
+    return doc
+
+
+def _parse_options(text: str | None) -> ModelOptions:
+    if text is None or not text.strip():
+        return ModelOptions()
+    doc = codecs.parse_json(text.encode())
+    if not isinstance(doc, dict):
+        raise BadRequest("'options' must be a JSON object")
+    try:
+        return ModelOptions.model_validate(doc)
+    except ValueError as exc:
+        raise InvalidInput(f"invalid 'options': {exc}") from None
+
+
+def _pickle_allowed(settings: Settings, auth: Auth, request: Request) -> bool:
+    if not settings.allow_pickle:
+        raise Forbidden(
+            "pickle/joblib uploads are disabled (they can run code); upload .skops, LightGBM "
+            "text or XGBoost JSON, or ask the operator to set KESTREL_ALLOW_PICKLE=true"
+        )
+    if not auth.admin_presented(request):
+        raise Forbidden("pickle/joblib uploads need the admin token (KESTREL_ADMIN_TOKEN)")
+    return True
+
+
+def _count_rejection(
+    metrics: Metrics, manager: ModelManager, request: Request, err: ServiceError
+) -> None:
+    if err.reason is None:
+        return
+    name = request.path_params.get("name") or request.query_params.get("model")
+    label = name if name is not None and manager.knows(name) else "_none"
+    metrics.rejections.labels(label, err.reason).inc()
+
+
+async def _start(manager: ModelManager, settings: Settings) -> None:
+    await manager.recover()
+    if settings.demo_model:
+        from service.demo_model import register_demo
+
+        await register_demo(manager)
+
+
+async def _poll(manager: ModelManager, interval_s: float) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await manager.sync()
+        except Exception:  # a store hiccup must not stop polling
+            log.exception("re-reading the store's manifest failed")

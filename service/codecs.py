@@ -1,0 +1,210 @@
+"""Request bodies → rows the compiler's schema accepts; outputs → response bytes.
+
+The native scoring API takes four encodings, chosen by Content-Type:
+
+- ``application/json``: a list of row objects, a list of row arrays (schema column order), or an
+  object with one of ``rows`` / ``columns`` (``{name: [values]}``) / ``instances``, and optionally
+  ``outputs``;
+- ``application/vnd.apache.arrow.stream`` (or ``.file``): an Arrow IPC table, columns by name;
+- ``application/x-npy``: a 2-D numeric ``.npy`` array (object arrays are refused: they unpickle).
+
+Errors name the problem (position of malformed JSON, the field that is missing or of a wrong type).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+from service.errors import BadRequest, UnsupportedMediaType
+
+JSON = "application/json"
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+ARROW_FILE = "application/vnd.apache.arrow.file"
+NPY = "application/x-npy"
+ACCEPTED = (JSON, ARROW_STREAM, ARROW_FILE, NPY)
+_BODY_KEYS = ("rows", "columns", "instances")
+
+
+@dataclass(frozen=True)
+class DecodedRequest:
+    data: Any  # list of dict rows, {column: values}, or a 2-D array: what InputSchema.to_feed takes
+    rows: int
+    outputs: tuple[str, ...] | None
+
+
+def media_type(content_type: str | None) -> str:
+    return (content_type or JSON).split(";", 1)[0].strip().lower() or JSON
+
+
+def decode_predict(body: bytes, content_type: str | None) -> DecodedRequest:
+    """Decode a native ``/predict`` body; raise :class:`BadRequest` naming what is wrong."""
+    kind = media_type(content_type)
+    if not body:
+        raise BadRequest("empty request body; send rows as JSON, Arrow IPC or .npy")
+    if kind in (JSON, "text/json") or kind.endswith("+json"):
+        return _decode_json(body)
+    if kind in (ARROW_STREAM, ARROW_FILE):
+        return _decode_arrow(body, stream=kind == ARROW_STREAM)
+    if kind == NPY:
+        return _decode_npy(body)
+    raise UnsupportedMediaType(f"unsupported Content-Type {kind!r}; use one of {list(ACCEPTED)}")
+
+
+def parse_json(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"malformed JSON: {exc}") from None
+
+
+def _decode_json(body: bytes) -> DecodedRequest:
+    doc = parse_json(body)
+    outputs = None
+    if isinstance(doc, dict):
+        outputs = parse_outputs(doc.get("outputs"), field="outputs")
+        present = [k for k in _BODY_KEYS if k in doc]
+        if len(present) != 1:
+            raise BadRequest(
+                f"a JSON object body needs exactly one of {list(_BODY_KEYS)}; got keys {sorted(doc)}"
+            )
+        key = present[0]
+        data = doc[key]
+        if key == "columns":
+            return DecodedRequest(_columns(data), _column_rows(data), outputs)
+    elif isinstance(doc, list):
+        key, data = "body", doc
+    else:
+        raise BadRequest(
+            f"expected a JSON list of rows or an object with {list(_BODY_KEYS)}, "
+            f"got {type(doc).__name__}"
+        )
+    if not isinstance(data, list):
+        raise BadRequest(f"{key!r} must be a list of rows, got {type(data).__name__}")
+    if not data:
+        raise BadRequest(f"{key!r} is an empty batch: send at least one row")
+    first = type(data[0])
+    if first not in (dict, list):
+        raise BadRequest(f"{key!r}[0] must be a row (object or array), got {first.__name__}")
+    for i, row in enumerate(data):
+        if type(row) is not first:
+            raise BadRequest(
+                f"{key!r}[{i}] is a {type(row).__name__}; every row must be a {first.__name__}"
+            )
+    if first is list:
+        widths = {len(r) for r in data}
+        if len(widths) > 1:
+            bad = next(i for i, r in enumerate(data) if len(r) != len(data[0]))
+            raise BadRequest(
+                f"{key!r}[{bad}] has {len(data[bad])} values; row 0 has {len(data[0])}"
+            )
+        _reject_nested(data, key)
+    return DecodedRequest(data, len(data), outputs)
+
+
+def _reject_nested(rows: list[list[Any]], key: str) -> None:
+    for i, row in enumerate(rows):
+        for j, value in enumerate(row):
+            if isinstance(value, (list, dict)):
+                raise BadRequest(
+                    f"{key!r}[{i}][{j}] is a {type(value).__name__}; values must be scalars"
+                )
+
+
+def _columns(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict) or not data:
+        raise BadRequest("'columns' must be a non-empty object {column: [values]}")
+    for name, values in data.items():
+        if not isinstance(values, list):
+            raise BadRequest(f"'columns'.{name} must be a list, got {type(values).__name__}")
+    return data
+
+
+def _column_rows(data: dict[str, list[Any]]) -> int:
+    lengths = {len(v) for v in data.values()}
+    if len(lengths) > 1:
+        detail = {k: len(v) for k, v in data.items()}
+        raise BadRequest(f"columns have different lengths: {detail}")
+    rows = lengths.pop()
+    if rows == 0:
+        raise BadRequest("'columns' is an empty batch: send at least one row")
+    return rows
+
+
+def _decode_arrow(body: bytes, *, stream: bool) -> DecodedRequest:
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    try:
+        reader = ipc.open_stream(body) if stream else ipc.open_file(body)
+        table = reader.read_all()
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+        raise BadRequest(f"invalid Arrow IPC body: {exc}") from None
+    if table.num_rows == 0:
+        raise BadRequest("the Arrow table is an empty batch: send at least one row")
+    columns: dict[str, np.ndarray] = {}
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        kind = column.type
+        if pa.types.is_nested(kind) or pa.types.is_binary(kind):
+            raise BadRequest(f"column {name!r} has Arrow type {kind}; expected numbers or strings")
+        columns[name] = column.to_numpy(zero_copy_only=False)
+    return DecodedRequest(columns, table.num_rows, None)
+
+
+def _decode_npy(body: bytes) -> DecodedRequest:
+    try:
+        array = np.load(io.BytesIO(body), allow_pickle=False)
+    except ValueError as exc:  # object arrays need pickle: refused
+        raise BadRequest(f"invalid .npy body: {exc}") from None
+    except (OSError, EOFError) as exc:
+        raise BadRequest(f"invalid .npy body: {exc}") from None
+    if not isinstance(array, np.ndarray) or array.ndim != 2:
+        shape = getattr(array, "shape", None)
+        raise BadRequest(f"a .npy body must be a 2-D array rows × columns, got shape {shape}")
+    if array.dtype.kind not in "fiub":
+        raise BadRequest(f"a .npy body must be numeric, got dtype {array.dtype}")
+    if array.shape[0] == 0:
+        raise BadRequest("the .npy array is an empty batch: send at least one row")
+    return DecodedRequest(array, array.shape[0], None)
+
+
+def parse_outputs(value: Any, *, field: str) -> tuple[str, ...] | None:
+    """``outputs`` as given in a body (a list) or a query (comma-separated)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        names = [v.strip() for v in value.split(",") if v.strip()]
+    elif isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
+        names = list(value)
+    else:
+        raise BadRequest(f"{field!r} must be a list of output names")
+    if not names:
+        raise BadRequest(f"{field!r} is empty")
+    return tuple(dict.fromkeys(names))
+
+
+def jsonable(array: np.ndarray | list[np.ndarray]) -> Any:
+    """An output as JSON-ready data (numbers natively; labels of any type as lists; a
+    per-target list of arrays, as MultiOutputClassifier.predict_proba gives, as a list)."""
+    if isinstance(array, list):
+        return [jsonable(a) for a in array]
+    if array.dtype.kind in "fiub":
+        return array
+    return array.tolist()
+
+
+def encode_json(doc: Mapping[str, Any]) -> bytes:
+    return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY, default=_default)
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"cannot render {type(value).__name__} as JSON")

@@ -1,0 +1,225 @@
+"""Prometheus metrics on an injected registry; every duration in seconds; bounded labels only.
+
+Labels are limited to model, version, route (the route template, never the raw path), status,
+reason, cause, phase and state, so a hostile client cannot grow the series count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+import lazy as lz
+
+# Serving latencies span ~100 µs (a cached single row) to seconds (a 100k-row request).
+LATENCY_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+ROW_BUCKETS = tuple(float(1 << k) for k in range(0, 18))
+LOAD_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 600)
+
+REJECTION_REASONS = (
+    "queue_full",
+    "deadline",
+    "not_ready",
+    "not_found",
+    "bad_input",
+    "too_large",
+    "unauthorized",
+    "failed_batch",
+)
+
+
+class Metrics:
+    """The service's metric families, created on ``registry`` (tests pass a fresh one)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "kestrel_requests",
+            "HTTP requests by model, route template and status code.",
+            ("model", "route", "status"),
+            registry=r,
+        )
+        self.request_seconds = Histogram(
+            "kestrel_request_duration_seconds",
+            "Time from receiving a request to its response, in the server.",
+            ("model", "route"),
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue_seconds = Histogram(
+            "kestrel_queue_duration_seconds",
+            "Time a request's rows waited in the batcher's queue.",
+            ("model",),
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.compute_seconds = Histogram(
+            "kestrel_compute_duration_seconds",
+            "Time to run one batch through the compiled model.",
+            ("model",),
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.codec_seconds = Histogram(
+            "kestrel_codec_duration_seconds",
+            "Host time decoding requests into tensors (decode) and rendering responses (encode).",
+            ("model", "phase"),
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batch_rows = Histogram(
+            "kestrel_batch_rows",
+            "Real rows per executed batch.",
+            ("model",),
+            buckets=ROW_BUCKETS,
+            registry=r,
+        )
+        self.rows = Counter(
+            "kestrel_batch_rows_processed",
+            "Real rows computed.",
+            ("model",),
+            registry=r,
+        )
+        self.padded_rows = Counter(
+            "kestrel_batch_padded_rows",
+            "Rows added to fill a batch to its compiled bucket size.",
+            ("model",),
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "kestrel_in_flight_requests",
+            "Requests being handled.",
+            ("route",),
+            registry=r,
+        )
+        self.rejections = Counter(
+            "kestrel_rejections",
+            "Requests refused, by reason.",
+            ("model", "reason"),
+            registry=r,
+        )
+        self.model_load_seconds = Histogram(
+            "kestrel_model_load_duration_seconds",
+            "Time to load, compile, warm and check a model version.",
+            ("result",),
+            buckets=LOAD_BUCKETS,
+            registry=r,
+        )
+        self.model_loads = Counter(
+            "kestrel_model_loads",
+            "Model version loads by result (ready, failed).",
+            ("result",),
+            registry=r,
+        )
+        self.pickle_loads = Counter(
+            "kestrel_pickle_loads",
+            "Pickle/joblib artifacts unpickled (only with KESTREL_ALLOW_PICKLE and the admin token).",
+            registry=r,
+        )
+        self.model_info = Gauge(
+            "kestrel_model_info",
+            "1 for every live model version, with its state.",
+            ("model", "version", "state", "format"),
+            registry=r,
+        )
+
+    def observe_model_gone(self, model: str, version: str, state: str, fmt: str) -> None:
+        with contextlib.suppress(KeyError):
+            self.model_info.remove(model, version, state, fmt)
+
+    def add_cache_collector(self, cache: lz.ExecutableCache) -> None:
+        """Export the executable cache's plain-data stats (compiles by cause, hits, seconds)."""
+        self.registry.register(_CacheCollector(lambda: cache.stats.snapshot()))
+
+    def add_queue_collector(self, queued: Callable[[], Iterable[tuple[str, int]]]) -> None:
+        """``kestrel_queue_rows{model}``: rows waiting in each model's batcher, read at scrape."""
+        self.registry.register(_QueueCollector(queued))
+
+    def add_model_state_collector(
+        self, states: Callable[[], Iterable[str]], known: Iterable[str]
+    ) -> None:
+        """``kestrel_models{state}``: how many model versions are in each state, now."""
+        self.registry.register(_StateCollector(states, tuple(known)))
+
+
+class _CacheCollector(Collector):
+    def __init__(self, snapshot: Callable[[], dict[str, object]]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        s = self._snapshot()
+        compiles = CounterMetricFamily(
+            "kestrel_compiles",
+            "XLA compiles by cause; after_ready is an anomaly (a bucket missed at warm-up).",
+            labels=("cause",),
+        )
+        by_cause = dict(s["compiles"])  # type: ignore[arg-type]
+        for cause in lz.CompileCause:
+            compiles.add_metric((cause.value,), float(by_cause.get(cause.value, 0)))
+        yield compiles
+        seconds = CounterMetricFamily(
+            "kestrel_compile_seconds",
+            "Seconds spent tracing, lowering, compiling and loading executables from disk.",
+            labels=("phase",),
+        )
+        for phase in ("trace", "lower", "compile", "disk_load"):
+            seconds.add_metric((phase,), float(s[f"{phase}_s"]))  # type: ignore[arg-type]
+        yield seconds
+        lookups = CounterMetricFamily(
+            "kestrel_executable_cache_lookups",
+            "Executable cache lookups by result.",
+            labels=("result",),
+        )
+        for result in ("hits", "misses", "disk_hits"):
+            lookups.add_metric((result,), float(s[result]))  # type: ignore[arg-type]
+        yield lookups
+
+
+class _StateCollector(Collector):
+    def __init__(self, states: Callable[[], Iterable[str]], known: tuple[str, ...]) -> None:
+        self._states = states
+        self._known = known
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        counts = dict.fromkeys(self._known, 0)
+        for state in self._states():
+            counts[state] = counts.get(state, 0) + 1
+        family = GaugeMetricFamily("kestrel_models", "Model versions by state.", labels=("state",))
+        for state, n in counts.items():
+            family.add_metric((state,), float(n))
+        yield family
+
+
+class _QueueCollector(Collector):
+    def __init__(self, queued: Callable[[], Iterable[tuple[str, int]]]) -> None:
+        self._queued = queued
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "kestrel_queue_rows", "Rows waiting in the batcher's queue.", labels=("model",)
+        )
+        for model, rows in self._queued():
+            family.add_metric((model,), float(rows))
+        yield family

@@ -1,0 +1,594 @@
+"""Model versions in memory: load → compile → warm → parity → READY, hot swap, restart recovery.
+
+A version becomes current only once READY, and only then is it committed to the store's manifest:
+a failed registration leaves the store and the serving version untouched (its uploaded blobs are
+unreferenced and collected later). Every READY version has its own batcher and device thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+import compiler
+import lazy as lz
+from service import artifacts, parity
+from service.batcher import Batcher, BatchInfo
+from service.errors import BadRequest, Conflict, ModelRejected, NotFound, NotReady, http_error_for
+from service.metrics import Metrics
+from service.settings import Settings
+from service.store import ModelStore, VersionRecord, validate_name
+
+log = logging.getLogger("kestrel.models")
+
+
+class State(enum.StrEnum):
+    LOADING = "LOADING"
+    READY = "READY"
+    FAILED = "FAILED"
+    RETIRED = "RETIRED"  # stored but not loaded: replaced by a newer version
+
+
+class ModelOptions(BaseModel):
+    """Per-model compile options a client may set at registration."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_batch: int | None = Field(None, ge=1, le=1 << 16)
+    tree_strategy: Literal["auto", "gemm", "traversal", "perfect", "bitvector", "hybrid"] = "auto"
+    dtype: Literal["float32", "float64"] = "float32"
+    methods: list[str] | None = None
+
+
+@dataclass
+class Upload:
+    name: str
+    data: bytes
+    filename: str = ""
+    version: str | None = None
+    format: str | None = None
+    sample: Any = None  # decoded JSON rows (list of objects / arrays, or {column: values})
+    options: ModelOptions = field(default_factory=ModelOptions)
+    pickle_allowed: bool = False  # the caller checked the operator's switch and the admin token
+
+
+@dataclass
+class ModelVersion:
+    name: str
+    version: str
+    format: str
+    filename: str
+    options: ModelOptions
+    state: State = State.LOADING
+    created: float = field(default_factory=time.time)
+    error: str | None = None
+    model: compiler.CompiledModel | None = None
+    batcher: Batcher | None = None
+    framework: dict[str, str] = field(default_factory=dict)
+    parity: dict[str, Any] | None = None
+    load_seconds: float | None = None
+    record: VersionRecord | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    executor: ThreadPoolExecutor | None = None
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.name,
+            "version": self.version,
+            "state": self.state.value,
+            "format": self.format,
+            "filename": self.filename,
+            "created": self.created,
+            "options": self.options.model_dump(),
+            "framework": self.framework,
+            "parity": self.parity,
+            "load_seconds": self.load_seconds,
+        }
+        if self.error:
+            out["error"] = self.error
+        if self.model is not None:
+            out["schema"] = self.model.schema.as_dict()
+            out["report"] = self.model.report.as_dict()
+            out["methods"] = list(self.model.methods)
+            if self.model.classes_ is not None:
+                out["classes"] = np.asarray(self.model.classes_).tolist()
+        return out
+
+
+@dataclass
+class Prediction:
+    version: ModelVersion
+    outputs: dict[str, np.ndarray]
+    rows: int
+
+
+class ModelManager:
+    """Owns every model version of this process and the path from upload to READY."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: ModelStore,
+        metrics: Metrics,
+        cache: lz.ExecutableCache,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.metrics = metrics
+        self.cache = cache
+        self._versions: dict[str, dict[str, ModelVersion]] = {}
+        self._current: dict[str, str] = {}
+        self._generation = -1
+        self._loader = ThreadPoolExecutor(1, thread_name_prefix="kestrel-compile")
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._lock = asyncio.Lock()
+        self.recovered = asyncio.Event()
+        metrics.add_model_state_collector(self._states, [s.value for s in State])
+        metrics.add_queue_collector(self._queued_rows)
+
+    # -- queries -------------------------------------------------------------------------------
+    def _states(self) -> Iterable[str]:
+        return [v.state.value for vs in self._versions.values() for v in vs.values()]
+
+    def _queued_rows(self) -> list[tuple[str, int]]:
+        out = []
+        for name in list(self._current):
+            mv = self.current(name)
+            if mv is not None and mv.batcher is not None:
+                out.append((name, mv.batcher.queued_rows))
+        return out
+
+    def knows(self, name: str) -> bool:
+        return name in self._versions
+
+    def names(self) -> list[str]:
+        return sorted(self._versions)
+
+    def versions(self, name: str) -> list[ModelVersion]:
+        if name not in self._versions:
+            raise NotFound(f"no model named {name!r}; registered: {self.names()}")
+        return sorted(self._versions[name].values(), key=lambda v: _version_key(v.version))
+
+    def current(self, name: str) -> ModelVersion | None:
+        version = self._current.get(name)
+        return self._versions[name][version] if version is not None else None
+
+    def lookup(self, name: str, version: str | None = None) -> ModelVersion:
+        """The version to describe (any state); the current one when ``version`` is None."""
+        versions = self._versions.get(name)
+        if versions is None:
+            raise NotFound(f"no model named {name!r}; registered: {self.names()}")
+        if version is None:
+            current = self.current(name)
+            if current is not None:
+                return current
+            return self.versions(name)[-1]
+        if version not in versions:
+            raise NotFound(f"model {name!r} has no version {version!r}; it has {sorted(versions)}")
+        return versions[version]
+
+    def serving(self, name: str, version: str | None = None) -> ModelVersion:
+        """A READY version that can score now, or NotFound / NotReady."""
+        mv = self.lookup(name, version)
+        if mv.state is not State.READY or mv.batcher is None:
+            detail = f": {mv.error}" if mv.error else ""
+            raise NotReady(f"model {name!r} version {mv.version} is {mv.state.value}{detail}")
+        return mv
+
+    def is_ready(self) -> bool:
+        return self.recovered.is_set()
+
+    # -- scoring -------------------------------------------------------------------------------
+    async def predict(
+        self,
+        name: str,
+        version: str | None,
+        data: Any,
+        *,
+        outputs: tuple[str, ...] | None,
+        deadline: float | None,
+    ) -> Prediction:
+        """Encode ``data``, batch it with other requests, decode the heads asked for."""
+        mv = self.serving(name, version)
+        for attempt in range(3):
+            model, batcher = mv.model, mv.batcher
+            assert model is not None and batcher is not None
+            wanted = _select_outputs(model, outputs)
+            t0 = time.perf_counter()
+            feed, rows = model.encode(data)
+            self.metrics.codec_seconds.labels(name, "decode").observe(time.perf_counter() - t0)
+            try:
+                raw = await batcher.submit(feed, rows, deadline=deadline)
+            except Exception as exc:
+                from service.batcher import BatcherClosedError
+
+                # A hot swap closed this version's batcher between lookup and submit: the new
+                # current version answers instead (the request is not lost).
+                if isinstance(exc, BatcherClosedError) and version is None and attempt < 2:
+                    mv = self.serving(name, None)
+                    continue
+                raise
+            t0 = time.perf_counter()
+            decoded = model.decode({k: raw[k] for k in wanted})
+            self.metrics.codec_seconds.labels(name, "encode").observe(time.perf_counter() - t0)
+            return Prediction(mv, decoded, rows)
+        raise NotReady(f"model {name!r} is being replaced; retry")
+
+    # -- registration ----------------------------------------------------------------------------
+    async def register(self, upload: Upload) -> ModelVersion:
+        """Validate the upload now, then compile, warm and check it in the background.
+
+        Returns the LOADING version; its ``done`` event is set when it is READY or FAILED.
+        Problems visible without compiling (name, format, trust boundary, unsupported class or
+        hyper-parameter) raise here, before anything is stored.
+        """
+        loop = asyncio.get_running_loop()
+        validate_name(upload.name, "model name")
+        if upload.version is not None:
+            validate_name(upload.version, "version")
+        loaded = await loop.run_in_executor(None, self._validate, upload)
+        async with self._lock:
+            taken = self._versions.get(upload.name, {})
+            if upload.version is not None:
+                version = upload.version
+                if version in taken:
+                    raise Conflict(f"model {upload.name!r} already has version {version!r}")
+            else:
+                # Versions still LOADING are not in the store yet: number past them too.
+                stored = int(await loop.run_in_executor(None, self.store.next_version, upload.name))
+                local = max((int(v) for v in taken if v.isdigit()), default=0) + 1
+                version = str(max(stored, local))
+            mv = ModelVersion(upload.name, version, loaded.format, upload.filename, upload.options)
+            mv.framework = loaded.framework
+            self._versions.setdefault(upload.name, {})[version] = mv
+        work = loop.run_in_executor(self._loader, self._build, mv, loaded.estimator, upload)
+        self._spawn(self._finish(mv, work))
+        return mv
+
+    def _validate(self, upload: Upload) -> artifacts.LoadedArtifact:
+        """Load through the trust boundary and trace (no compile): fails fast on bad uploads."""
+        loaded = artifacts.load_artifact(
+            upload.data,
+            filename=upload.filename,
+            format=upload.format,
+            allow_pickle=upload.pickle_allowed,
+        )
+        if loaded.format == "pickle":
+            self.metrics.pickle_loads.inc()
+            log.warning(
+                "unpickled an upload for model %s", upload.name, extra={"model": upload.name}
+            )
+        compiler.trace(loaded.estimator, options=_trace_options(upload.options))
+        return loaded
+
+    def _build(self, mv: ModelVersion, estimator: Any, upload: Upload) -> VersionRecord:
+        """Compile, warm, check parity, then store the blobs. Blocking; on the loader thread."""
+        self._compile(mv, estimator, upload.sample)
+        artifact = self.store.put_blob(upload.data)
+        sample = None
+        if upload.sample is not None:
+            encoded = orjson.dumps(upload.sample, option=orjson.OPT_SERIALIZE_NUMPY)
+            sample = self.store.put_blob(encoded)
+        return VersionRecord(
+            name=mv.name,
+            version=mv.version,
+            artifact=artifact,
+            format=mv.format,
+            filename=mv.filename,
+            options=mv.options.model_dump(),
+            sample=sample,
+            created=mv.created,
+            metadata={"framework": mv.framework, "parity": mv.parity},
+        )
+
+    async def _finish(
+        self, mv: ModelVersion, work: asyncio.Future[VersionRecord], *, commit: bool = True
+    ) -> None:
+        """Await the blocking load, commit a new upload to the manifest, and make the version
+        current; or mark it FAILED with the reason. Reloads of stored versions don't commit."""
+        t0 = time.perf_counter()
+        try:
+            record = await work
+            if self._versions.get(mv.name, {}).get(mv.version) is not mv:
+                raise NotFound(f"model {mv.name!r} version {mv.version} was deleted while loading")
+            if commit:
+                await asyncio.get_running_loop().run_in_executor(None, self.store.commit, record)
+        except Exception as exc:  # every failure becomes the version's visible reason
+            mv.state, mv.error = State.FAILED, _reason(exc)
+            mv.load_seconds = time.perf_counter() - t0
+            self.metrics.model_loads.labels("failed").inc()
+            self.metrics.model_load_seconds.labels("failed").observe(mv.load_seconds)
+            log.warning(
+                "model %s version %s failed: %s",
+                mv.name,
+                mv.version,
+                mv.error,
+                extra={"model": mv.name, "version": mv.version},
+            )
+            self._stop_executor(mv)
+            mv.done.set()
+            return
+        mv.record = record
+        mv.load_seconds = time.perf_counter() - t0
+        self._activate(mv)
+
+    def _compile(self, mv: ModelVersion, estimator: Any, sample: Any) -> None:
+        """Compile every bucket (or load it from the disk cache), run it, check parity. Blocking."""
+        opts = mv.options
+        options = compiler.CompileOptions(
+            dtype=opts.dtype,
+            tree_strategy=opts.tree_strategy,
+            methods=tuple(opts.methods) if opts.methods else None,
+            max_batch=opts.max_batch or self.settings.max_batch,
+            cache=self.cache,
+            warmup=True,
+        )
+        schema_sample = None
+        if sample is not None:
+            schema = compiler.trace(estimator, options=_trace_options(opts)).schema
+            schema_sample = parity.source_input(schema, sample)
+        model = compiler.compile(estimator, sample=schema_sample, options=options)
+        if schema_sample is not None:
+            rows, source = schema_sample, "sample"
+        else:
+            rows = parity.synthesise_rows(
+                model.schema,
+                self.settings.parity_rows,
+                lambda r: parity.source_accepts(estimator, model.methods, r),
+            )
+            source = "synthetic"
+        result = parity.check_parity(
+            estimator,
+            model,
+            rows,
+            source=source,
+            rtol=self.settings.parity_rtol,
+            atol=self.settings.parity_atol,
+        )
+        mv.parity = result.as_dict()
+        if not result.ok:
+            raise parity.ParityError(f"parity check failed on {source} rows: {result.problem}")
+        mv.model = model
+
+    def _activate(self, mv: ModelVersion) -> None:
+        """READY: give the version a batcher and make it current; retire the previous one."""
+        assert mv.model is not None
+        mv.executor = ThreadPoolExecutor(1, thread_name_prefix=f"kestrel-{mv.name}")
+        buckets = lz.Buckets(mv.model.options.max_batch)
+        name = mv.name
+
+        def on_batch(info: BatchInfo) -> None:
+            m = self.metrics
+            if info.error is not None:  # its waiters get the error; nothing was computed
+                m.rejections.labels(name, "failed_batch").inc(info.requests)
+                return
+            m.compute_seconds.labels(name).observe(info.compute_s)
+            m.batch_rows.labels(name).observe(info.rows)
+            m.rows.labels(name).inc(info.rows)
+            padded = sum(
+                buckets.sizes[buckets.index(stop - start)] - (stop - start)
+                for start, stop in buckets.chunks(info.rows)
+            )
+            m.padded_rows.labels(name).inc(padded)
+            for q in info.queue_s:
+                m.queue_seconds.labels(name).observe(q)
+
+        mv.batcher = Batcher(
+            mv.model.run_encoded,
+            max_batch_rows=buckets.max_batch,
+            max_queue_rows=self.settings.max_queue_rows,
+            executor=mv.executor,
+            max_wait_s=self.settings.batch_wait_ms / 1e3,
+            on_batch=on_batch,
+        )
+        mv.batcher.start()
+        mv.state = State.READY
+        previous = self.current(mv.name)
+        self._current[mv.name] = mv.version
+        self.metrics.model_loads.labels("ready").inc()
+        self.metrics.model_load_seconds.labels("ready").observe(mv.load_seconds or 0.0)
+        self.metrics.model_info.labels(mv.name, mv.version, mv.state.value, mv.format).set(1)
+        log.info(
+            "model %s version %s READY in %.2f s",
+            mv.name,
+            mv.version,
+            mv.load_seconds or 0.0,
+            extra={"model": mv.name, "version": mv.version},
+        )
+        mv.done.set()
+        if previous is not None and previous is not mv:
+            self._spawn(self._retire(previous))
+
+    async def _retire(self, mv: ModelVersion) -> None:
+        """Stop serving an old version: finish what it queued, then free it (RETIRED)."""
+        batcher, state = mv.batcher, mv.state
+        if state is State.READY:
+            mv.state = State.RETIRED
+        mv.batcher, mv.model = None, None
+        if batcher is not None:
+            await batcher.close(drain=True)
+        self._stop_executor(mv)
+        self.metrics.observe_model_gone(mv.name, mv.version, state.value, mv.format)
+
+    def _stop_executor(self, mv: ModelVersion) -> None:
+        if mv.executor is not None:
+            mv.executor.shutdown(wait=False)
+            mv.executor = None
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- deletion --------------------------------------------------------------------------------
+    async def delete(self, name: str, version: str | None = None) -> None:
+        """Delete a model, or one version. Deleting the current version first brings back the
+        newest other stored version (from the executable cache when warm), so serving never stops
+        while another version exists."""
+        loop = asyncio.get_running_loop()
+        versions = self._versions.get(name)
+        if versions is None:
+            raise NotFound(f"no model named {name!r}; registered: {self.names()}")
+        if version is not None and version not in versions:
+            raise NotFound(f"model {name!r} has no version {version!r}")
+        if version is not None and self._current.get(name) == version:
+            others = [
+                v
+                for v in self.versions(name)
+                if v.version != version and v.record is not None and v.state is State.RETIRED
+            ]
+            if others:
+                back = others[-1]
+                back.state, back.done = State.LOADING, asyncio.Event()
+                work = loop.run_in_executor(self._loader, self._reload, back, back.record)
+                await self._finish(back, work, commit=False)  # READY → current; old one retired
+        async with self._lock:
+            versions = self._versions.get(name, {})
+            if version is None or (version in versions and versions[version].record is not None):
+                try:
+                    await loop.run_in_executor(None, self.store.delete, name, version)
+                except Exception as exc:
+                    if not isinstance(http_error_for(exc), NotFound):
+                        raise
+            doomed = list(versions.values()) if version is None else [versions[version]]
+            for mv in doomed:
+                versions.pop(mv.version, None)
+            if not versions:
+                self._versions.pop(name, None)
+            if self._current.get(name) in {mv.version for mv in doomed}:
+                self._current.pop(name, None)
+        for mv in doomed:
+            await self._retire(mv)
+
+    async def unload(self, name: str) -> None:
+        """Stop serving ``name`` in this process; the store keeps it (``sync(force=True)`` reloads)."""
+        async with self._lock:
+            versions = self._versions.pop(name, None)
+            if versions is None:
+                raise NotFound(f"no model named {name!r} is loaded; loaded: {self.names()}")
+            self._current.pop(name, None)
+        for mv in versions.values():
+            await self._retire(mv)
+            self.metrics.observe_model_gone(mv.name, mv.version, mv.state.value, mv.format)
+
+    # -- restart recovery and replica sync -------------------------------------------------------
+    async def recover(self) -> None:
+        """Load every current version of the manifest (from the disk cache when warm)."""
+        try:
+            await self.sync()
+        finally:
+            self.recovered.set()
+
+    async def sync(self, *, force: bool = False) -> None:
+        """Bring memory in line with the store's manifest (another replica may have changed it)."""
+        loop = asyncio.get_running_loop()
+        manifest = await loop.run_in_executor(None, self.store.load_manifest)
+        if manifest.generation == self._generation and not force:
+            return
+        self._generation = manifest.generation
+        loads = []
+        for name, entry in manifest.models.items():
+            known = self._versions.setdefault(name, {})
+            for record in entry.versions.values():
+                if record.version in known:
+                    continue
+                mv = ModelVersion(
+                    name,
+                    record.version,
+                    record.format,
+                    record.filename,
+                    ModelOptions.model_validate(record.options),
+                    created=record.created,
+                    record=record,
+                    state=State.RETIRED,
+                )
+                mv.framework = dict(record.metadata.get("framework", {}))
+                mv.parity = record.metadata.get("parity")
+                known[record.version] = mv
+            current = known.get(entry.current) if entry.current is not None else None
+            if current is not None and current.state is State.RETIRED:
+                current.state = State.LOADING
+                work = loop.run_in_executor(self._loader, self._reload, current, current.record)
+                loads.append(self._finish(current, work, commit=False))
+        gone = [n for n in self._versions if n not in manifest.models]
+        await asyncio.gather(*loads)
+        for name in gone:
+            if all(v.record is not None for v in self._versions.get(name, {}).values()):
+                await self.delete(name)
+
+    def _reload(self, mv: ModelVersion, record: VersionRecord) -> VersionRecord:
+        data = self.store.get_blob(record.artifact)
+        sample = orjson.loads(self.store.get_blob(record.sample)) if record.sample else None
+        loaded = artifacts.load_artifact(
+            data,
+            filename=record.filename,
+            format=record.format,
+            allow_pickle=record.format == "pickle",
+        )
+        mv.framework = loaded.framework
+        self._compile(mv, loaded.estimator, sample)
+        return record
+
+    async def wait(self, mv: ModelVersion, timeout: float) -> bool:
+        try:
+            await asyncio.wait_for(mv.done.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    async def close(self) -> None:
+        """Graceful shutdown: every batcher drains its queue."""
+        for versions in list(self._versions.values()):
+            for mv in versions.values():
+                if mv.batcher is not None:
+                    await mv.batcher.close(drain=True)
+                self._stop_executor(mv)
+        for task in list(self._tasks):
+            task.cancel()
+        self._loader.shutdown(wait=False, cancel_futures=True)
+
+
+def _select_outputs(
+    model: compiler.CompiledModel, outputs: tuple[str, ...] | None
+) -> tuple[str, ...]:
+    if outputs is None:
+        return tuple(model.methods)
+    unknown = [o for o in outputs if o not in model.methods]
+    if unknown:
+        raise BadRequest(f"unknown outputs {unknown}; this model has {list(model.methods)}")
+    return outputs
+
+
+def _trace_options(options: ModelOptions) -> compiler.CompileOptions:
+    """Options to trace only (to check support or read the schema): nothing is compiled."""
+    return compiler.CompileOptions(
+        dtype=options.dtype,
+        tree_strategy=options.tree_strategy,
+        methods=tuple(options.methods) if options.methods else None,
+        backend="interpreter",
+        warmup=False,
+    )
+
+
+def _reason(exc: BaseException) -> str:
+    mapped = http_error_for(exc)
+    text = mapped.message if mapped is not None else f"{type(exc).__name__}: {exc}"
+    return text or type(exc).__name__
+
+
+def _version_key(version: str) -> tuple[int, str]:
+    return (int(version), "") if version.isdigit() else (1 << 62, version)
+
+
+def failure_error(mv: ModelVersion) -> ModelRejected:
+    return ModelRejected(f"model {mv.name!r} version {mv.version} failed: {mv.error}")

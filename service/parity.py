@@ -1,0 +1,179 @@
+"""The registration gate: a compiled model must agree with its source estimator before serving.
+
+Rows come from the uploaded sample or, without one, are synthesised from the input schema
+(categories from each vocabulary, numbers from a few generators until the source accepts them).
+Class labels must be identical, except on rows where the source itself is at a tie (its two top
+scores within tolerance), where float32 may legitimately pick the other class. Numeric outputs must
+agree within ``rtol``/``atol``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+import compiler
+
+
+@dataclass(frozen=True)
+class MethodParity:
+    method: str
+    max_abs_diff: float | None = None
+    mismatched_rows: int = 0
+    tie_rows: int = 0  # label differences on rows where the source's top two scores tie
+
+
+@dataclass(frozen=True)
+class ParityResult:
+    ok: bool
+    rows: int
+    source: str  # "sample" or "synthetic"
+    methods: list[MethodParity] = field(default_factory=list)
+    problem: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class ParityError(ValueError):
+    """The compiled model disagrees with its source; the message says where."""
+
+
+def synthesise_rows(
+    schema: compiler.InputSchema, n: int, accepts: Callable[[Any], bool], seed: int = 0
+) -> Any:
+    """``n`` rows shaped like the schema that the source estimator accepts, or ParityError."""
+    rng = np.random.default_rng(seed)
+    generators: list[Callable[[], np.ndarray]] = [
+        lambda: rng.standard_normal(n),
+        lambda: rng.uniform(0.05, 1.0, n),  # positive: log / Box-Cox / Poisson inputs
+        lambda: rng.integers(0, 3, n).astype(np.float64),  # small counts: naive Bayes, encoders
+    ]
+    for make in generators:
+        columns: dict[str, Any] = {}
+        for j, column in enumerate(schema.columns):
+            vocab = schema.vocabularies.get(j)
+            if vocab is not None and len(vocab.categories):
+                picks = rng.integers(0, len(vocab.categories), n)
+                columns[column.name] = np.asarray(vocab.categories, dtype=object)[picks]
+            else:
+                columns[column.name] = make()
+        rows = _as_source_input(schema, columns)
+        if accepts(rows):
+            return rows
+    raise ParityError(
+        "could not synthesise rows the source model accepts; upload a 'sample' of real rows"
+    )
+
+
+def source_accepts(estimator: Any, methods: Sequence[str], rows: Any) -> bool:
+    """Whether every method of the source estimator runs on ``rows`` without raising."""
+    try:
+        for method in methods:
+            getattr(estimator, method)(rows)
+    except Exception:  # the source refuses these rows (e.g. negative input to a log)
+        return False
+    return True
+
+
+def _as_source_input(schema: compiler.InputSchema, columns: dict[str, Any]) -> Any:
+    if schema.named or schema.vocabularies:
+        import pandas as pd
+
+        frame = pd.DataFrame(columns)
+        return frame
+    return np.column_stack([np.asarray(v, dtype=np.float64) for v in columns.values()])
+
+
+def source_input(schema: compiler.InputSchema, sample: Any) -> Any:
+    """The sample in the form the source estimator was fitted on (a DataFrame when named)."""
+    if schema.named and not hasattr(sample, "columns"):
+        import pandas as pd
+
+        if isinstance(sample, list) and sample and isinstance(sample[0], dict):
+            return pd.DataFrame(sample, columns=schema.names)
+        if isinstance(sample, dict):
+            return pd.DataFrame(sample, columns=schema.names)
+        return pd.DataFrame(np.asarray(sample, dtype=object), columns=schema.names).infer_objects()
+    if isinstance(sample, (list, dict)) and not schema.named:
+        return np.asarray(sample, dtype=np.float64)
+    return sample
+
+
+def check_parity(
+    estimator: Any,
+    model: compiler.CompiledModel,
+    rows: Any,
+    *,
+    source: str,
+    rtol: float,
+    atol: float,
+) -> ParityResult:
+    """Compare every compiled method with the source on ``rows``."""
+    n = len(rows)
+    results: list[MethodParity] = []
+    problems: list[str] = []
+    compiled = {m: side_by_side(v) for m, v in model.outputs(rows).items()}
+    expected = {m: side_by_side(getattr(estimator, m)(rows)) for m in model.methods}
+    scores = next(
+        (expected[m] for m in ("predict_proba", "decision_function") if m in expected), None
+    )
+    for method in model.methods:
+        want, got = expected[method], np.asarray(compiled[method])
+        if want.shape != got.shape and want.size == got.size:
+            got = got.reshape(want.shape)
+        if want.shape != got.shape:
+            problems.append(f"{method}: shape {got.shape}, source {want.shape}")
+            results.append(MethodParity(method, mismatched_rows=n))
+            continue
+        if method == "predict" and model.classes_ is not None:
+            differ = _row_any(want != got)
+            ties = differ & _ties(scores, atol, rtol) if scores is not None else differ & False
+            bad = int((differ & ~ties).sum())
+            results.append(MethodParity(method, None, bad, int(ties.sum())))
+            if bad:
+                row = int(np.argmax(differ & ~ties))
+                problems.append(
+                    f"predict: {bad} of {n} labels differ (first: row {row}, "
+                    f"compiled {got[row]!r}, source {want[row]!r})"
+                )
+            continue
+        w, g = want.astype(np.float64), got.astype(np.float64)
+        same_nan = np.isnan(w) == np.isnan(g)
+        close = np.isclose(g, w, rtol=rtol, atol=atol, equal_nan=True) & same_nan
+        diff = np.abs(np.where(np.isnan(w) | np.isnan(g), 0.0, g - w))
+        bad_rows = _row_any(~close)
+        results.append(
+            MethodParity(method, float(diff.max()) if diff.size else 0.0, int(bad_rows.sum()))
+        )
+        if bad_rows.any():
+            row = int(np.argmax(bad_rows))
+            problems.append(
+                f"{method}: {int(bad_rows.sum())} of {n} rows differ beyond rtol={rtol}, "
+                f"atol={atol} (max |Δ| {float(diff.max()):.3g}, first at row {row})"
+            )
+    return ParityResult(not problems, n, source, results, "; ".join(problems) or None)
+
+
+def side_by_side(output: Any) -> np.ndarray:
+    """One array per output; a per-target list (MultiOutputClassifier) is joined on axis 1."""
+    if isinstance(output, list):
+        return np.concatenate([np.asarray(a).reshape(len(a), -1) for a in output], axis=1)
+    return np.asarray(output)
+
+
+def _row_any(mask: np.ndarray) -> np.ndarray:
+    return mask.reshape(mask.shape[0], -1).any(axis=1) if mask.ndim > 1 else mask
+
+
+def _ties(scores: np.ndarray, atol: float, rtol: float) -> np.ndarray:
+    s = np.asarray(scores, dtype=np.float64)
+    if s.ndim == 1:  # binary decision function: the tie is at 0
+        return np.abs(s) <= atol + rtol
+    if s.shape[1] < 2:
+        return np.zeros(s.shape[0], bool)
+    top2 = np.sort(s, axis=1)[:, -2:]
+    return np.abs(top2[:, 1] - top2[:, 0]) <= atol + rtol * np.abs(top2[:, 1])

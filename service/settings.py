@@ -1,0 +1,93 @@
+"""Service settings: one place, one environment prefix (``KESTREL_``).
+
+Only the service reads settings; ``compiler`` and ``lazy`` take options as arguments.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MiB = 1 << 20
+
+
+class Settings(BaseSettings):
+    """Every knob of a Kestrel process; environment variables ``KESTREL_<NAME>`` override."""
+
+    model_config = SettingsConfigDict(env_prefix="KESTREL_", extra="ignore")
+
+    # -- network -------------------------------------------------------------------------------
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+
+    # -- storage -------------------------------------------------------------------------------
+    store_url: str = Field(".kestrel/store", description="fsspec URL or path of the model store")
+    store_options: dict[str, object] = Field(
+        default_factory=dict, description="fsspec storage options (e.g. an S3 endpoint)"
+    )
+    cache_dir: Path | None = Field(
+        Path(".kestrel/cache"),
+        description="trusted directory of compiled executables; empty disables the disk layer",
+    )
+    poll_interval_s: float = Field(
+        2.0, ge=0, description="how often to re-read the store's manifest (0: never)"
+    )
+
+    # -- security ------------------------------------------------------------------------------
+    admin_token: SecretStr | None = None
+    scoring_token: SecretStr | None = Field(
+        None, description="when set, scoring routes require this token (or the admin token)"
+    )
+    allow_pickle: bool = Field(
+        False, description="accept pickle/joblib uploads (admin token required; code can run)"
+    )
+    allow_unauthenticated_management: bool = Field(
+        False, description="serve management routes without a token on a non-loopback address"
+    )
+    max_body_bytes: int = Field(64 * MiB, gt=0, description="largest scoring request body")
+    max_upload_bytes: int = Field(512 * MiB, gt=0, description="largest model upload")
+
+    # -- models and batching -------------------------------------------------------------------
+    max_batch: int = Field(1024, ge=1, le=1 << 20, description="default top bucket per model")
+    max_queue_rows: int = Field(65536, ge=1, description="rows queued per model before 429")
+    batch_wait_ms: float = Field(0.0, ge=0, description="extra wait for a batch to fill")
+    request_timeout_s: float | None = Field(
+        None, gt=0, description="default per-request deadline (a request may set a shorter one)"
+    )
+    register_wait_s: float = Field(
+        600.0, gt=0, description="longest a registering client may wait for READY"
+    )
+    parity_rows: int = Field(64, ge=1, le=100_000, description="rows synthesised for parity")
+    parity_rtol: float = Field(1e-4, gt=0, description="relative tolerance of the parity check")
+    parity_atol: float = Field(1e-5, ge=0, description="absolute tolerance of the parity check")
+    demo_model: bool = Field(False, description="register a demo model at start if absent")
+
+    # -- logging -------------------------------------------------------------------------------
+    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("cache_dir", mode="before")
+    @classmethod
+    def _empty_disables(cls, value: object) -> object:
+        return None if value in ("", None) else value
+
+    @property
+    def is_loopback(self) -> bool:
+        return is_loopback(self.host)
+
+    def management_exposed_without_token(self) -> bool:
+        """True when management would be reachable from outside with no token."""
+        return self.admin_token is None and not self.is_loopback
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,737 @@
+"""Durable storage of model artifacts and the manifest that names them, over fsspec.
+
+Layout under the store's root URL (a local directory or any fsspec URL such as ``s3://b/p``)::
+
+    blobs/sha256/<aa>/<digest>   content-addressed bytes (artifacts, samples)
+    manifest.json                models → versions → VersionRecord, current version, generation
+    manifest.prev.json           the manifest before the last write, for recovery
+
+Blobs are immutable and named by their sha256, so writing one twice is a no-op and a reader can
+always verify what it got. The manifest is the only mutable object; it is replaced whole and
+atomically (local: temp file + fsync + ``os.replace``; object stores: one PUT, atomic per object).
+Every write bumps ``generation`` so replicas can poll for change cheaply.
+
+Concurrency: mutations within one process are serialized by a process-wide lock. Writers on
+different replicas are *last-writer-wins* on the manifest (object stores have no portable
+compare-and-swap); run one writer, or accept that concurrent uploads on two replicas may lose one
+manifest entry (never a blob, never a corrupt manifest). ``generation`` lets readers detect change.
+
+This module knows nothing about HTTP, settings or compilation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import json
+import logging
+import os
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import fsspec.core
+from fsspec import AbstractFileSystem
+from fsspec.implementations.local import LocalFileSystem
+
+__all__ = [
+    "BlobNotFound",
+    "InvalidDigest",
+    "InvalidName",
+    "InvalidRecord",
+    "Manifest",
+    "ModelEntry",
+    "ModelNotFound",
+    "ModelStore",
+    "StoreCorruptionError",
+    "StoreError",
+    "VersionConflict",
+    "VersionRecord",
+    "validate_digest",
+    "validate_name",
+]
+
+logger = logging.getLogger(__name__)
+
+MANIFEST_FILE = "manifest.json"
+PREV_MANIFEST_FILE = "manifest.prev.json"
+MANIFEST_KIND = "kestrel-manifest"
+MANIFEST_SCHEMA = 1
+_BLOB_DIR = "blobs/sha256"
+# Temp files live beside their target (same filesystem, so os.replace is atomic); the prefix lets
+# loaders ignore them and gc remove the ones a crash left behind.
+_TMP_PREFIX = ".tmp-"
+
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_DIGEST_RE = re.compile(r"[0-9a-f]{64}")
+
+# One lock for every store in the process: mutations are rare, and two ModelStore objects on the
+# same URL must not interleave their read-modify-write of the manifest.
+_MUTATION_LOCK = threading.Lock()
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class StoreError(Exception):
+    """Base class of every model-store error."""
+
+
+class StoreCorruptionError(StoreError):
+    """Stored bytes are not what they claim to be (blob hash mismatch, unreadable manifest)."""
+
+
+class BlobNotFound(StoreError, LookupError):
+    """No blob with the requested digest exists in the store."""
+
+
+class ModelNotFound(StoreError, LookupError):
+    """The manifest has no model (or no version of it) with the requested name."""
+
+
+class VersionConflict(StoreError):
+    """A version with that name already exists: versions are immutable once committed."""
+
+
+class InvalidName(StoreError, ValueError):
+    """A model name or version does not match ``[A-Za-z0-9][A-Za-z0-9._-]{0,127}``."""
+
+
+class InvalidDigest(StoreError, ValueError):
+    """A blob digest is not 64 lowercase hexadecimal characters."""
+
+
+class InvalidRecord(StoreError, ValueError):
+    """A version record has a field of the wrong type or a value JSON can not hold."""
+
+
+def validate_name(value: object, what: str = "model name") -> str:
+    """Return ``value`` if it is a safe model name / version, else raise :class:`InvalidName`.
+
+    The pattern keeps names usable as path segments, URL segments and metric labels.
+    """
+    if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
+        raise InvalidName(
+            f"invalid {what} {value!r}: expected 1-128 characters from [A-Za-z0-9._-], "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+def validate_digest(value: object) -> str:
+    """Return ``value`` if it is a sha256 hex digest, else raise :class:`InvalidDigest`.
+
+    Digests become path segments, so anything else (``..``, ``/``, upper case) is refused.
+    """
+    if not isinstance(value, str) or not _DIGEST_RE.fullmatch(value):
+        raise InvalidDigest(
+            f"invalid blob digest {value!r}: expected 64 lowercase hexadecimal characters"
+        )
+    return value
+
+
+# --------------------------------------------------------------------------- records
+
+
+def _json_copy(value: object, what: str) -> Any:
+    """A deep, JSON-normalized copy (tuples become lists), so records round-trip exactly and
+    a caller mutating its dict afterwards can not change a record."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise InvalidRecord(f"{what} must be JSON-serializable: {exc}") from None
+
+
+@dataclass(frozen=True)
+class VersionRecord:
+    """One stored version of a model: which blobs hold it and how to load it.
+
+    ``options`` (compile options) and ``metadata`` (framework versions, parity, report summary)
+    are opaque to the store but must be JSON-serializable; they are copied on construction.
+    """
+
+    name: str
+    version: str
+    artifact: str  # sha256 of the uploaded model file
+    format: str  # e.g. "skops", "lightgbm", "xgboost-json", "xgboost-ubj", "pickle"
+    filename: str
+    options: dict[str, Any] = field(default_factory=dict)
+    sample: str | None = None  # sha256 of a stored sample blob
+    created: float = field(default_factory=time.time)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        validate_name(self.name, "model name")
+        validate_name(self.version, "version")
+        validate_digest(self.artifact)
+        if self.sample is not None:
+            validate_digest(self.sample)
+        for attr in ("format", "filename"):
+            if not isinstance(getattr(self, attr), str):
+                raise InvalidRecord(
+                    f"{attr} must be a string, got {type(getattr(self, attr)).__name__}"
+                )
+        if not self.format:
+            raise InvalidRecord("format must be a non-empty string")
+        created = self.created
+        if isinstance(created, bool) or not isinstance(created, int | float):
+            raise InvalidRecord(f"created must be an epoch number, got {created!r}")
+        object.__setattr__(self, "created", float(created))
+        for attr in ("options", "metadata"):
+            value = getattr(self, attr)
+            if not isinstance(value, Mapping):
+                raise InvalidRecord(f"{attr} must be a dict, got {type(value).__name__}")
+            object.__setattr__(self, attr, _json_copy(dict(value), attr))
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-compatible dict; ``VersionRecord.from_json(r.to_json()) == r``."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "artifact": self.artifact,
+            "format": self.format,
+            "filename": self.filename,
+            "options": _json_copy(self.options, "options"),
+            "sample": self.sample,
+            "created": self.created,
+            "metadata": _json_copy(self.metadata, "metadata"),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> VersionRecord:
+        """Rebuild a record from :meth:`to_json` output; raises :class:`InvalidRecord`."""
+        if not isinstance(data, Mapping):
+            raise InvalidRecord(f"version record must be a JSON object, got {type(data).__name__}")
+        required = ("name", "version", "artifact", "format", "filename", "created")
+        missing = [key for key in required if key not in data]
+        if missing:
+            raise InvalidRecord(f"version record is missing {', '.join(missing)}")
+        return cls(
+            name=data["name"],
+            version=data["version"],
+            artifact=data["artifact"],
+            format=data["format"],
+            filename=data["filename"],
+            options=data.get("options", {}),
+            sample=data.get("sample"),
+            created=data["created"],
+            metadata=data.get("metadata", {}),
+        )
+
+    def blobs(self) -> list[str]:
+        """Digests of every blob this version needs."""
+        return [self.artifact] if self.sample is None else [self.artifact, self.sample]
+
+
+def _version_number(version: str) -> int | None:
+    return int(version) if version.isdecimal() else None
+
+
+def _newest(records: Mapping[str, VersionRecord]) -> str:
+    """The newest version: latest ``created``, then the highest number, then the name."""
+
+    def key(record: VersionRecord) -> tuple[float, int, str]:
+        number = _version_number(record.version)
+        return (record.created, -1 if number is None else number, record.version)
+
+    return max(records.values(), key=key).version
+
+
+@dataclass
+class ModelEntry:
+    """A model in the manifest: its versions, which one serves, and the next number to assign."""
+
+    current: str | None
+    versions: dict[str, VersionRecord] = field(default_factory=dict)
+    next_version: int = 1
+
+
+@dataclass
+class Manifest:
+    """Snapshot of the store's catalogue.
+
+    ``retired`` remembers the next version number of deleted models so that re-creating a name
+    never reuses a number (caches and replicas key on ``(name, version)``).
+    """
+
+    generation: int = 0
+    models: dict[str, ModelEntry] = field(default_factory=dict)
+    retired: dict[str, int] = field(default_factory=dict)
+
+    def current(self, name: str) -> VersionRecord | None:
+        """The current version of ``name``, or None if the model is unknown or has none."""
+        entry = self.models.get(name)
+        if entry is None or entry.current is None:
+            return None
+        return entry.versions[entry.current]
+
+    def records(self) -> list[VersionRecord]:
+        """The current version of every model that has one, sorted by model name."""
+        return [rec for name in sorted(self.models) if (rec := self.current(name)) is not None]
+
+    def record(self, name: str, version: str) -> VersionRecord:
+        """One version of one model; raises :class:`ModelNotFound` naming what is missing."""
+        entry = self.models.get(name)
+        if entry is None:
+            raise ModelNotFound(f"model {name!r} not found")
+        try:
+            return entry.versions[version]
+        except KeyError:
+            raise ModelNotFound(f"model {name!r} has no version {version!r}") from None
+
+    def referenced_blobs(self) -> set[str]:
+        """Digests of every blob any version (current or not) needs."""
+        return {
+            digest
+            for entry in self.models.values()
+            for record in entry.versions.values()
+            for digest in record.blobs()
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": MANIFEST_KIND,
+            "schema": MANIFEST_SCHEMA,
+            "generation": self.generation,
+            "models": {
+                name: {
+                    "current": entry.current,
+                    "next_version": entry.next_version,
+                    "versions": {v: rec.to_json() for v, rec in sorted(entry.versions.items())},
+                }
+                for name, entry in sorted(self.models.items())
+            },
+            "retired": dict(sorted(self.retired.items())),
+        }
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(self.to_json(), indent=1, allow_nan=False).encode() + b"\n"
+
+    @classmethod
+    def from_json(cls, data: object) -> Manifest:
+        """Parse and check a manifest document; structural problems raise
+        :class:`StoreCorruptionError`, a newer schema raises :class:`StoreError`."""
+        try:
+            return cls._parse(data)
+        except (StoreCorruptionError, _SchemaTooNew):
+            raise
+        except (StoreError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise StoreCorruptionError(f"malformed manifest: {exc}") from exc
+
+    @classmethod
+    def _parse(cls, data: object) -> Manifest:
+        if not isinstance(data, dict) or data.get("kind") != MANIFEST_KIND:
+            raise StoreCorruptionError("not a Kestrel manifest (missing kind)")
+        schema = data.get("schema")
+        if not isinstance(schema, int):
+            raise StoreCorruptionError(f"manifest schema must be an integer, got {schema!r}")
+        if schema > MANIFEST_SCHEMA:
+            raise _SchemaTooNew(
+                f"manifest schema {schema} is newer than this Kestrel supports "
+                f"({MANIFEST_SCHEMA}); upgrade before serving from this store"
+            )
+        generation = _nonnegative_int(data["generation"], "generation")
+        models: dict[str, ModelEntry] = {}
+        for name, raw in data["models"].items():
+            validate_name(name)
+            versions = {}
+            for version, raw_record in raw["versions"].items():
+                record = VersionRecord.from_json(raw_record)
+                if (record.name, record.version) != (name, version):
+                    raise StoreCorruptionError(
+                        f"record {record.name}/{record.version} is filed under {name}/{version}"
+                    )
+                versions[version] = record
+            current = raw["current"]
+            if current is not None and current not in versions:
+                raise StoreCorruptionError(f"model {name!r}: current version {current!r} missing")
+            models[name] = ModelEntry(
+                current=current,
+                versions=versions,
+                next_version=_nonnegative_int(raw["next_version"], f"{name}.next_version"),
+            )
+        retired = {
+            validate_name(name): _nonnegative_int(number, f"retired.{name}")
+            for name, number in data.get("retired", {}).items()
+        }
+        return cls(generation=generation, models=models, retired=retired)
+
+
+class _SchemaTooNew(StoreError):
+    """A manifest written by a newer Kestrel: never fall back past it (that would drop models)."""
+
+
+def _nonnegative_int(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise StoreCorruptionError(f"{what} must be a non-negative integer, got {value!r}")
+    return value
+
+
+# --------------------------------------------------------------------------- local I/O helpers
+
+
+def _fsync_dir(directory: str) -> None:
+    """Persist a rename: the directory entry must reach the disk, not just the file data."""
+    with contextlib.suppress(OSError):  # not supported on every platform / filesystem
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _atomic_write_local(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, never a mix."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=_TMP_PREFIX)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; other service users must read artifacts
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(directory)
+
+
+def _modified(info: Mapping[str, Any]) -> float | None:
+    """Modification time (epoch seconds) from an fsspec info dict, whatever the backend calls it."""
+    for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
+        value = info.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, dt.datetime):
+            if value.tzinfo is None:
+                value = value.replace(tzinfo=dt.UTC)
+            return value.timestamp()
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    return None
+
+
+# --------------------------------------------------------------------------- the store
+
+
+class ModelStore:
+    """Content-addressed blobs plus an atomically replaced manifest under one fsspec URL.
+
+    ``url`` is a plain path or ``file://`` URL (a local directory, created if missing) or any
+    fsspec URL (``s3://bucket/prefix`` needs s3fs); ``storage_options`` go to the filesystem
+    (e.g. endpoint, credentials, ``skip_instance_cache``).
+    """
+
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
+        if not isinstance(url, str) or not url.strip():
+            raise StoreError(f"model store URL must be a non-empty string, got {url!r}")
+        try:
+            fs, root = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+        except ImportError as exc:
+            raise StoreError(
+                f"model store URL {url!r} needs a filesystem package that is not installed: {exc}"
+            ) from exc
+        except ValueError as exc:
+            raise StoreError(f"unsupported model store URL {url!r}: {exc}") from exc
+        self.url = url
+        self._fs: AbstractFileSystem = fs
+        self._root = root.rstrip("/") or "/"
+        self._local = isinstance(fs, LocalFileSystem)
+        if self._local:
+            os.makedirs(self._root, exist_ok=True)
+        # Numbers handed out by next_version() but not yet committed, so two uploads in flight in
+        # this process never get the same number.
+        self._reserved: dict[str, int] = {}
+
+    def __repr__(self) -> str:
+        return f"ModelStore({self.url!r})"
+
+    # ---------------------------------------------------------------- paths and raw I/O
+
+    def _path(self, relative: str) -> str:
+        return f"{self._root}/{relative}"
+
+    def _blob_path(self, digest: str) -> str:
+        return self._path(f"{_BLOB_DIR}/{digest[:2]}/{digest}")
+
+    def _exists(self, path: str) -> bool:
+        # Object-store filesystems cache listings; another replica may have written since.
+        self._fs.invalidate_cache(path)
+        return bool(self._fs.exists(path))
+
+    def _write(self, path: str, data: bytes) -> None:
+        if self._local:
+            _atomic_write_local(path, data)
+        else:
+            self._fs.pipe_file(path, data)  # one PUT: atomic per object
+            self._fs.invalidate_cache(path)
+
+    def _read(self, path: str) -> bytes | None:
+        """The bytes at ``path``, or None if there is no such file."""
+        self._fs.invalidate_cache(path)
+        try:
+            return bytes(self._fs.cat_file(path))
+        except FileNotFoundError:
+            return None
+
+    # ---------------------------------------------------------------- blobs
+
+    def put_blob(self, data: bytes) -> str:
+        """Store ``data`` under its sha256 and return the hex digest (a no-op if present)."""
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise TypeError(f"blob data must be bytes, got {type(data).__name__}")
+        data = bytes(data)
+        digest = hashlib.sha256(data).hexdigest()
+        path = self._blob_path(digest)
+        if self._exists(path):
+            if self._local:
+                # Refresh the age gc() measures: an unreferenced old blob being re-uploaded is in
+                # flight again and must survive the grace period like a new one.
+                with contextlib.suppress(OSError):
+                    os.utime(path)
+            return digest
+        self._write(path, data)
+        return digest
+
+    def has_blob(self, digest: str) -> bool:
+        """Whether a blob with this digest is stored (its content is not verified)."""
+        return self._exists(self._blob_path(validate_digest(digest)))
+
+    def get_blob(self, digest: str) -> bytes:
+        """The blob's bytes, verified against ``digest``.
+
+        Raises :class:`BlobNotFound` if absent and :class:`StoreCorruptionError` if the stored
+        bytes no longer hash to ``digest``.
+        """
+        data = self._read(self._blob_path(validate_digest(digest)))
+        if data is None:
+            raise BlobNotFound(f"blob {digest} not found in {self.url}")
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != digest:
+            raise StoreCorruptionError(
+                f"blob {digest} in {self.url} is corrupt: its content hashes to {actual}"
+            )
+        return data
+
+    # ---------------------------------------------------------------- manifest
+
+    def load_manifest(self) -> Manifest:
+        """The current manifest (an empty one for a new store).
+
+        A missing or unreadable ``manifest.json`` falls back to ``manifest.prev.json`` with a
+        warning; if neither is readable this raises :class:`StoreCorruptionError` rather than
+        pretend the store is empty.
+        """
+        main_path, prev_path = self._path(MANIFEST_FILE), self._path(PREV_MANIFEST_FILE)
+        raw = self._read(main_path)
+        if raw is not None:
+            try:
+                return self._decode(raw, main_path)
+            except _SchemaTooNew:
+                raise
+            except StoreCorruptionError as exc:
+                problem = str(exc)
+        else:
+            problem = f"{main_path} is missing"
+        raw_prev = self._read(prev_path)
+        if raw_prev is None:
+            if raw is None:
+                return Manifest()  # a new, empty store
+            raise StoreCorruptionError(f"{problem}, and there is no {prev_path} to recover from")
+        try:
+            recovered = self._decode(raw_prev, prev_path)
+        except StoreCorruptionError as exc:
+            raise StoreCorruptionError(f"{problem}; the fallback is unusable too: {exc}") from exc
+        # The lost manifest had generation <= prev + 1 (prev is written just before it). Report
+        # prev + 2 so a replica that already saw the lost generation still sees a change and
+        # reloads, and every later write keeps generations strictly increasing.
+        recovered.generation += 2
+        logger.warning(
+            "model store %s: %s; recovered %d model(s) from %s (generation now %d)",
+            self.url,
+            problem,
+            len(recovered.models),
+            prev_path,
+            recovered.generation,
+        )
+        return recovered
+
+    @staticmethod
+    def _decode(raw: bytes, path: str) -> Manifest:
+        try:
+            document = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise StoreCorruptionError(f"{path} is not valid JSON: {exc}") from exc
+        try:
+            return Manifest.from_json(document)
+        except StoreCorruptionError as exc:
+            raise StoreCorruptionError(f"{path}: {exc}") from exc
+
+    def _mutate(self, change: Callable[[Manifest], None]) -> Manifest:
+        """Load, apply ``change``, bump the generation and write — under the process lock.
+
+        ``manifest.prev.json`` gets the manifest as loaded (re-serialized, so a corrupt file is
+        never copied), then ``manifest.json`` the new one; each write is atomic, so a crash at
+        any point leaves at least one readable, consistent manifest.
+        """
+        with _MUTATION_LOCK:
+            manifest = self.load_manifest()
+            before = manifest.to_bytes()
+            change(manifest)
+            manifest.generation += 1
+            self._write(self._path(PREV_MANIFEST_FILE), before)
+            self._write(self._path(MANIFEST_FILE), manifest.to_bytes())
+            return manifest
+
+    # ---------------------------------------------------------------- mutations
+
+    def next_version(self, name: str) -> str:
+        """Reserve the next version number of ``name``: "1", "2", … never reused, even after
+        versions or the whole model were deleted."""
+        validate_name(name)
+        with _MUTATION_LOCK:
+            manifest = self.load_manifest()
+            entry = manifest.models.get(name)
+            candidates = [manifest.retired.get(name, 1), self._reserved.get(name, 0) + 1]
+            if entry is not None:
+                candidates.append(entry.next_version)
+                numbers = (_version_number(v) for v in entry.versions)
+                candidates.extend(n + 1 for n in numbers if n is not None)
+            number = max(candidates)
+            self._reserved[name] = number
+            return str(number)
+
+    def commit(self, record: VersionRecord, make_current: bool = True) -> Manifest:
+        """Add ``record`` to the manifest (optionally as current) and return the new manifest.
+
+        Its blobs must already be stored (:meth:`put_blob`), else :class:`StoreError`; an
+        existing version is never overwritten (:class:`VersionConflict`).
+        """
+        if not isinstance(record, VersionRecord):
+            raise TypeError(f"commit() takes a VersionRecord, got {type(record).__name__}")
+        missing = [digest for digest in record.blobs() if not self.has_blob(digest)]
+        if missing:
+            raise StoreError(
+                f"cannot commit {record.name}/{record.version}: blob(s) {', '.join(missing)} "
+                "are not in the store (put_blob them first)"
+            )
+
+        def change(manifest: Manifest) -> None:
+            entry = manifest.models.get(record.name)
+            if entry is None:
+                entry = ModelEntry(current=None, next_version=manifest.retired.pop(record.name, 1))
+                manifest.models[record.name] = entry
+            if record.version in entry.versions:
+                raise VersionConflict(
+                    f"model {record.name!r} already has version {record.version!r}"
+                )
+            entry.versions[record.version] = record
+            number = _version_number(record.version)
+            if number is not None:
+                entry.next_version = max(entry.next_version, number + 1)
+            if make_current:
+                entry.current = record.version
+
+        return self._mutate(change)
+
+    def set_current(self, name: str, version: str) -> Manifest:
+        """Make an existing version the one that serves (e.g. once a new version is ready)."""
+        validate_name(name)
+        validate_name(version, "version")
+
+        def change(manifest: Manifest) -> None:
+            manifest.record(name, version)  # raises ModelNotFound
+            manifest.models[name].current = version
+
+        return self._mutate(change)
+
+    def delete(self, name: str, version: str | None = None) -> Manifest:
+        """Delete a whole model, or one version of it.
+
+        Deleting the current version makes the newest remaining version current; deleting the
+        last version removes the model. Blobs stay until :meth:`gc`. Unknown model or version →
+        :class:`ModelNotFound`.
+        """
+        validate_name(name)
+        if version is not None:
+            validate_name(version, "version")
+
+        def change(manifest: Manifest) -> None:
+            entry = manifest.models.get(name)
+            if entry is None:
+                raise ModelNotFound(f"model {name!r} not found")
+            if version is not None:
+                manifest.record(name, version)  # raises ModelNotFound naming the version
+                del entry.versions[version]
+                if entry.versions:
+                    if entry.current == version:
+                        entry.current = _newest(entry.versions)
+                    return
+            del manifest.models[name]
+            manifest.retired[name] = entry.next_version
+
+        return self._mutate(change)
+
+    def gc(self, grace_s: float = 3600) -> list[str]:
+        """Delete blobs that no version references and that are older than ``grace_s`` seconds.
+
+        The grace period protects an upload whose blob is stored but not yet committed. Blobs
+        referenced by ``manifest.prev.json`` are kept too, so recovering from it stays possible.
+        Stale temp files left by crashed local writes are removed as well. Returns the digests
+        of the deleted blobs. (On object stores an old unreferenced blob that is re-uploaded
+        keeps its old age; if gc removes it first, the upload's commit fails loudly.)
+        """
+        if isinstance(grace_s, bool) or not isinstance(grace_s, int | float) or grace_s < 0:
+            raise ValueError(f"grace_s must be a non-negative number of seconds, got {grace_s!r}")
+        with _MUTATION_LOCK:
+            keep = self.load_manifest().referenced_blobs()
+            raw_prev = self._read(self._path(PREV_MANIFEST_FILE))
+            if raw_prev is not None:
+                with contextlib.suppress(StoreCorruptionError):
+                    keep |= self._decode(raw_prev, PREV_MANIFEST_FILE).referenced_blobs()
+            cutoff = time.time() - grace_s
+            blob_root = self._path(_BLOB_DIR)
+            self._fs.invalidate_cache(blob_root)
+            try:
+                listing = self._fs.find(blob_root, detail=True)
+            except FileNotFoundError:
+                listing = {}
+            deleted = []
+            for path, info in sorted(listing.items()):
+                basename = path.rsplit("/", 1)[-1]
+                modified = _modified(info)
+                if modified is None or modified > cutoff:
+                    continue  # unknown age counts as fresh: never delete what we can't date
+                if basename.startswith(_TMP_PREFIX):
+                    self._remove(path)
+                elif _DIGEST_RE.fullmatch(basename) and basename not in keep:
+                    self._remove(path)
+                    deleted.append(basename)
+            if self._local:
+                self._remove_stale_temps(self._root, cutoff)
+            if deleted:
+                logger.info("model store %s: gc deleted %d blob(s)", self.url, len(deleted))
+            return deleted
+
+    def _remove(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._fs.rm_file(path)
+
+    @staticmethod
+    def _remove_stale_temps(directory: str, cutoff: float) -> None:
+        """Remove manifest temp files a crashed writer left in the root directory."""
+        with os.scandir(directory) as entries:
+            for item in entries:
+                if item.name.startswith(_TMP_PREFIX) and item.is_file():
+                    with contextlib.suppress(FileNotFoundError):
+                        if item.stat().st_mtime <= cutoff:
+                            os.unlink(item.path)

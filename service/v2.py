@@ -1,0 +1,402 @@
+"""Open Inference Protocol v2 (KServe / Triton HTTP), with Triton's binary tensor extension.
+
+Inputs map to the model's schema in one of two ways: a single 2-D tensor ``[rows, columns]``
+(numeric models; any input name), or one tensor per schema column named after it (``[rows]`` or
+``[rows, 1]``; BYTES for string categories). Outputs are the model's methods (``predict``,
+``predict_proba``, …). A request's ``parameters.timeout`` (microseconds, as tritonclient sends it)
+is its deadline. The model-repository extension's index / load / unload act on this process's
+loaded versions; the store is changed only by the management API.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from typing import Any
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from service import codecs
+from service.errors import BadRequest, InvalidInput, NotFound
+from service.models import ModelManager, ModelVersion, State
+from service.parity import side_by_side
+from service.settings import Settings
+
+HEADER_LENGTH = "inference-header-content-length"
+
+# OIP datatype ↔ numpy dtype (BYTES is variable-length: handled apart).
+_DTYPES: dict[str, np.dtype[Any]] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32),
+    "UINT64": np.dtype(np.uint64),
+    "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "FP16": np.dtype(np.float16),
+    "FP32": np.dtype(np.float32),
+    "FP64": np.dtype(np.float64),
+}
+_NAMES = {v: k for k, v in _DTYPES.items()}
+
+
+def datatype_of(array: np.ndarray) -> str:
+    if array.dtype.kind in "OUS":
+        return "BYTES"
+    try:
+        return _NAMES[array.dtype]
+    except KeyError:
+        raise BadRequest(f"cannot express dtype {array.dtype} in the v2 protocol") from None
+
+
+# -- tensors in ----------------------------------------------------------------------------------
+def _tensor(spec: dict[str, Any], binary: bytes | None) -> np.ndarray:
+    name = spec.get("name")
+    shape, datatype = spec.get("shape"), spec.get("datatype")
+    if not isinstance(name, str):
+        raise BadRequest("every input needs a string 'name'")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise BadRequest(f"input {name!r}: 'shape' must be a list of non-negative integers")
+    if datatype != "BYTES" and datatype not in _DTYPES:
+        raise BadRequest(f"input {name!r}: unknown datatype {datatype!r}")
+    count = int(np.prod(shape)) if shape else 1
+    if binary is not None:
+        if datatype == "BYTES":
+            values = _unpack_bytes(binary, name)
+            array = np.asarray(values, dtype=object)
+        else:
+            dtype = _DTYPES[datatype]
+            if len(binary) != count * dtype.itemsize:
+                raise BadRequest(
+                    f"input {name!r}: {len(binary)} bytes of binary data, expected "
+                    f"{count * dtype.itemsize} for shape {shape} {datatype}"
+                )
+            array = np.frombuffer(binary, dtype=dtype)
+    else:
+        data = spec.get("data")
+        if data is None:
+            raise BadRequest(f"input {name!r} has neither 'data' nor binary data")
+        flat = np.asarray(data, dtype=object).ravel()
+        if datatype == "BYTES":
+            array = np.asarray([_text(v, name) for v in flat.tolist()], dtype=object)
+        else:
+            try:
+                array = flat.astype(_DTYPES[datatype])
+            except (TypeError, ValueError):
+                raise BadRequest(f"input {name!r}: 'data' is not all {datatype}") from None
+    if array.size != count:
+        raise BadRequest(f"input {name!r}: {array.size} values for shape {shape}")
+    return array.reshape(shape)
+
+
+def _text(value: Any, name: str) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    raise BadRequest(f"input {name!r}: BYTES data must be strings")
+
+
+def _unpack_bytes(buffer: bytes, name: str) -> list[str]:
+    out, offset = [], 0
+    while offset < len(buffer):
+        if offset + 4 > len(buffer):
+            raise BadRequest(f"input {name!r}: truncated BYTES element length")
+        (length,) = struct.unpack_from("<I", buffer, offset)
+        offset += 4
+        if offset + length > len(buffer):
+            raise BadRequest(f"input {name!r}: BYTES element longer than the data")
+        out.append(buffer[offset : offset + length].decode("utf-8", "replace"))
+        offset += length
+    return out
+
+
+def _pack_bytes(array: np.ndarray) -> bytes:
+    parts = []
+    for value in array.ravel().tolist():
+        data = value if isinstance(value, bytes) else str(value).encode()
+        parts.append(struct.pack("<I", len(data)) + data)
+    return b"".join(parts)
+
+
+def rows_from_inputs(inputs: dict[str, np.ndarray], mv: ModelVersion) -> Any:
+    """v2 input tensors → rows the model's schema accepts (a matrix, or columns by name)."""
+    assert mv.model is not None
+    schema = mv.model.schema
+    names = schema.names
+    if len(inputs) == 1:
+        (array,) = inputs.values()
+        if (
+            array.ndim == 2
+            and array.shape[1] == len(names)
+            and not (len(names) == 1 and next(iter(inputs)) == names[0])
+        ):
+            return array
+    missing = [n for n in names if n not in inputs]
+    if missing:
+        raise InvalidInput(
+            f"inputs {sorted(inputs)} do not match the model: send one [rows, {len(names)}] "
+            f"tensor or one tensor per column; missing columns {missing}"
+        )
+    columns: dict[str, np.ndarray] = {}
+    lengths = set()
+    for n in names:
+        a = inputs[n]
+        if a.ndim == 2 and a.shape[1] == 1:
+            a = a[:, 0]
+        if a.ndim != 1:
+            raise InvalidInput(
+                f"input {n!r}: expected shape [rows] or [rows, 1], got {list(a.shape)}"
+            )
+        columns[n] = a
+        lengths.add(len(a))
+    if len(lengths) > 1:
+        raise InvalidInput(f"column inputs have different lengths: {sorted(lengths)}")
+    return columns
+
+
+def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], bytes]:
+    if header_length is None:
+        doc = codecs.parse_json(body)
+        tail = b""
+    else:
+        try:
+            n = int(header_length)
+        except ValueError:
+            raise BadRequest(f"{HEADER_LENGTH} must be an integer") from None
+        if not 0 < n <= len(body):
+            raise BadRequest(f"{HEADER_LENGTH} {n} is outside the body of {len(body)} bytes")
+        doc, tail = codecs.parse_json(body[:n]), body[n:]
+    if not isinstance(doc, dict):
+        raise BadRequest("the inference request must be a JSON object")
+    return doc, tail
+
+
+def parse_inputs(doc: dict[str, Any], tail: bytes) -> dict[str, np.ndarray]:
+    specs = doc.get("inputs")
+    if not isinstance(specs, list) or not specs:
+        raise BadRequest("'inputs' must be a non-empty list of tensors")
+    inputs: dict[str, np.ndarray] = {}
+    offset = 0
+    for spec in specs:
+        if not isinstance(spec, dict):
+            raise BadRequest("each input must be an object")
+        size = (spec.get("parameters") or {}).get("binary_data_size")
+        binary = None
+        if size is not None:
+            if not isinstance(size, int) or size < 0 or offset + size > len(tail):
+                raise BadRequest(f"input {spec.get('name')!r}: bad binary_data_size {size!r}")
+            binary, offset = tail[offset : offset + size], offset + size
+        array = _tensor(spec, binary)
+        if spec["name"] in inputs:
+            raise BadRequest(f"input {spec['name']!r} appears twice")
+        inputs[spec["name"]] = array
+    if offset != len(tail):
+        raise BadRequest(f"{len(tail) - offset} bytes of binary data belong to no input")
+    return inputs
+
+
+def parse_deadline(doc: dict[str, Any]) -> float | None:
+    timeout = (doc.get("parameters") or {}).get("timeout")
+    if timeout is None:
+        return None
+    if not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise BadRequest("'parameters.timeout' must be a positive number of microseconds")
+    return time.monotonic() + timeout / 1e6
+
+
+def _outputs_requested(
+    doc: dict[str, Any], mv: ModelVersion
+) -> tuple[tuple[str, ...], set[str], bool]:
+    assert mv.model is not None
+    params = doc.get("parameters") or {}
+    binary_all = bool(params.get("binary_data_output", False))
+    requested = doc.get("outputs")
+    if requested is None:
+        return tuple(mv.model.methods), set(mv.model.methods) if binary_all else set(), binary_all
+    if not isinstance(requested, list):
+        raise BadRequest("'outputs' must be a list")
+    names, binary = [], set()
+    for spec in requested:
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+            raise BadRequest("each requested output needs a 'name'")
+        names.append(spec["name"])
+        if (spec.get("parameters") or {}).get("binary_data", binary_all):
+            binary.add(spec["name"])
+    return tuple(names), binary, binary_all
+
+
+def render_outputs(
+    doc: dict[str, Any], mv: ModelVersion, outputs: dict[str, np.ndarray], binary: set[str]
+) -> Response:
+    tensors, blobs = [], []
+    for name, value in outputs.items():
+        array = side_by_side(value)  # a per-target list becomes one [rows, Σk] tensor
+        datatype = datatype_of(array)
+        tensor: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
+        if name in binary:
+            data = (
+                _pack_bytes(array) if datatype == "BYTES" else np.ascontiguousarray(array).tobytes()
+            )
+            tensor["parameters"] = {"binary_data_size": len(data)}
+            blobs.append(data)
+        else:
+            tensor["data"] = array.ravel().tolist() if datatype == "BYTES" else array.ravel()
+        tensors.append(tensor)
+    head: dict[str, Any] = {"model_name": mv.name, "model_version": mv.version, "outputs": tensors}
+    if "id" in doc:
+        head["id"] = doc["id"]
+    header = codecs.encode_json(head)
+    if not blobs:
+        return Response(header, media_type="application/json")
+    return Response(
+        header + b"".join(blobs),
+        media_type="application/octet-stream",
+        headers={"Inference-Header-Content-Length": str(len(header))},
+    )
+
+
+def metadata(mv: ModelVersion, versions: list[str]) -> dict[str, Any]:
+    if mv.model is None:
+        return {
+            "name": mv.name,
+            "versions": versions,
+            "platform": "kestrel",
+            "inputs": [],
+            "outputs": [],
+        }
+    schema = mv.model.schema
+    dtype = "FP64" if mv.model.options.dtype == "float64" else "FP32"
+    if schema.vocabularies or schema.named:
+        inputs = [
+            {
+                "name": c.name,
+                "datatype": "BYTES" if j in schema.vocabularies else dtype,
+                "shape": [-1],
+            }
+            for j, c in enumerate(schema.columns)
+        ]
+    else:
+        inputs = [{"name": "input", "datatype": dtype, "shape": [-1, len(schema.columns)]}]
+    outputs = []
+    for method in mv.model.methods:
+        if method == "predict" and mv.model.classes_ is not None:
+            labels = np.asarray(mv.model.classes_)
+            out_type = datatype_of(labels)
+        else:
+            out_type = dtype
+        outputs.append({"name": method, "datatype": out_type, "shape": [-1]})
+    return {
+        "name": mv.name,
+        "versions": versions,
+        "platform": "kestrel",
+        "inputs": inputs,
+        "outputs": outputs,
+    }
+
+
+def add_v2_routes(app: FastAPI, manager: ModelManager, auth: Any, settings: Settings) -> None:
+    from service.app import json_response
+
+    @app.get("/v2", tags=["v2"], summary="Server metadata")
+    async def server_metadata() -> Response:
+        return json_response(
+            {
+                "name": "kestrel",
+                "version": app.version,
+                "extensions": ["binary_tensor_data", "model_repository"],
+            }
+        )
+
+    @app.get("/v2/health/live", tags=["v2"], summary="Server live")
+    async def live() -> Response:
+        return json_response({"live": True})
+
+    @app.get("/v2/health/ready", tags=["v2"], summary="Server ready")
+    async def ready() -> Response:
+        ok = manager.is_ready()
+        return json_response({"ready": ok}, 200 if ok else 503)
+
+    async def model_metadata(request: Request, name: str, version: str | None) -> Response:
+        auth.scoring_route(request)
+        mv = manager.lookup(name, version)
+        versions = [v.version for v in manager.versions(name)]
+        return json_response(metadata(mv, versions))
+
+    async def model_ready(request: Request, name: str, version: str | None) -> Response:
+        auth.scoring_route(request)
+        try:
+            mv = manager.lookup(name, version)
+        except NotFound:
+            return json_response({"name": name, "ready": False}, 404)
+        ok = mv.state is State.READY
+        return json_response({"name": name, "ready": ok}, 200 if ok else 503)
+
+    async def infer(request: Request, name: str, version: str | None) -> Response:
+        auth.scoring_route(request)
+        body = await request.body()
+        doc, tail = split_body(body, request.headers.get(HEADER_LENGTH))
+        deadline = parse_deadline(doc)
+        mv = manager.serving(name, version)
+        inputs = parse_inputs(doc, tail)
+        names, binary, _ = _outputs_requested(doc, mv)
+        rows = rows_from_inputs(inputs, mv)
+        result = await manager.predict(name, version, rows, outputs=names, deadline=deadline)
+        return render_outputs(doc, result.version, result.outputs, binary)
+
+    @app.get("/v2/models/{name}", tags=["v2"], summary="Model metadata")
+    async def meta(request: Request, name: str) -> Response:
+        return await model_metadata(request, name, None)
+
+    @app.get("/v2/models/{name}/versions/{version}", tags=["v2"], summary="Version metadata")
+    async def meta_version(request: Request, name: str, version: str) -> Response:
+        return await model_metadata(request, name, version)
+
+    @app.get("/v2/models/{name}/ready", tags=["v2"], summary="Model ready")
+    async def is_ready(request: Request, name: str) -> Response:
+        return await model_ready(request, name, None)
+
+    @app.get("/v2/models/{name}/versions/{version}/ready", tags=["v2"], summary="Version ready")
+    async def is_ready_version(request: Request, name: str, version: str) -> Response:
+        return await model_ready(request, name, version)
+
+    @app.post("/v2/models/{name}/infer", tags=["v2"], summary="Infer")
+    async def infer_current(request: Request, name: str) -> Response:
+        return await infer(request, name, None)
+
+    @app.post("/v2/models/{name}/versions/{version}/infer", tags=["v2"], summary="Infer (version)")
+    async def infer_version(request: Request, name: str, version: str) -> Response:
+        return await infer(request, name, version)
+
+    # -- model repository extension (this process's loaded versions) ---------------------------
+    @app.post("/v2/repository/index", tags=["v2"], summary="Repository index")
+    async def index(request: Request) -> Response:
+        auth.management(request)
+        entries = []
+        for name in manager.names():
+            for v in manager.versions(name):
+                entry = {"name": name, "version": v.version, "state": v.state.value}
+                if v.error:
+                    entry["reason"] = v.error
+                entries.append(entry)
+        return json_response(entries)
+
+    @app.post("/v2/repository/models/{name}/load", tags=["v2"], summary="Load from the store")
+    async def load(request: Request, name: str) -> Response:
+        auth.management(request)
+        await manager.sync(force=True)
+        mv = manager.lookup(name)
+        await manager.wait(mv, settings.register_wait_s)
+        if mv.state is not State.READY:
+            raise InvalidInput(f"model {name!r} is {mv.state.value}: {mv.error or ''}")
+        return json_response({})
+
+    @app.post("/v2/repository/models/{name}/unload", tags=["v2"], summary="Stop serving")
+    async def unload(request: Request, name: str) -> Response:
+        auth.management(request)
+        await manager.unload(name)
+        return json_response({})
