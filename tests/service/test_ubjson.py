@@ -7,7 +7,7 @@ import struct
 import numpy as np
 import pytest
 
-from service.ubjson import UBJSONError, decode
+from service.artifacts.ubjson import UBJSONError, decode
 
 
 def _key(name: str) -> bytes:

@@ -16,7 +16,7 @@ import numpy as np
 import orjson
 
 from . import ubjson
-from .artifact_limits import ArtifactError, ArtifactLimits, too_large
+from .limits import ArtifactError, ArtifactLimits, too_large
 from .tree_links import check_feature_indices, check_node_links
 
 # Arrays of one entry per node that XGBoost reads for every tree.

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from .artifact_limits import ArtifactError, ArtifactLimits, too_large
+from .limits import ArtifactError, ArtifactLimits, too_large
 from .tree_links import check_feature_indices, check_node_links
 
 _CATEGORICAL = 1  # decision_type bit: a categorical split (threshold = index into cat_boundaries)

@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 
 from . import lightgbm_text, xgboost_model
-from .artifact_limits import ArtifactError, ArtifactLimits, MiB, too_large
+from .limits import ArtifactError, ArtifactLimits, MiB, too_large
 
 # Below this total the compression ratio is not checked: a small, highly compressible archive
 # (arrays of zeros) is harmless however well it compresses.

@@ -37,7 +37,7 @@ from sklearn.tree._tree import Tree
 
 import compiler
 
-from .artifact_limits import ArtifactError
+from .limits import ArtifactError
 from .tree_links import check_feature_indices, check_node_links
 
 # Fitted-state types beyond skops' defaults, each with why it is safe to construct.

@@ -25,7 +25,7 @@ from typing import Any
 import compiler
 
 from . import lightgbm_text, skops_archive, skops_trust, xgboost_model
-from .artifact_limits import (
+from .limits import (
     ArtifactError,
     ArtifactLimits,
     ArtifactTooLargeError,

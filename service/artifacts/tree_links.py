@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .artifact_limits import ArtifactError
+from .limits import ArtifactError
 
 
 def check_node_links(left: np.ndarray, right: np.ndarray, is_leaf: np.ndarray, where: str) -> None:
