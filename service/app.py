@@ -39,6 +39,7 @@ from service.errors import (
 from service.metrics import Metrics
 from service.middleware import ServiceMiddleware, request_id_var
 from service.models import ModelManager, ModelOptions, State, Upload, failure_error
+from service.preload import Preloader
 from service.settings import Settings
 from service.store import ModelStore
 
@@ -116,10 +117,18 @@ def create_app(
     store = ModelStore(settings.store_url, dict(settings.store_options) or None)
     manager = ModelManager(settings, store, metrics, cache)
     auth = Auth(settings)
+    # Resolved now: a preload path naming no (or several) model files stops `serve` at once.
+    preloader = (
+        Preloader.resolve(
+            settings.preload, settings.preload_name, allow_pickle=settings.allow_pickle
+        )
+        if settings.preload is not None
+        else None
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        tasks = [asyncio.create_task(_start(manager, settings))]
+        tasks = [asyncio.create_task(_start(manager, settings, preloader))]
         if settings.poll_interval_s > 0:
             tasks.append(asyncio.create_task(_poll(manager, settings.poll_interval_s)))
         try:
@@ -137,6 +146,12 @@ def create_app(
     )
     app.state.settings, app.state.manager, app.state.metrics = settings, manager, metrics
     app.state.auth, app.state.cache, app.state.store = auth, cache, store
+
+    def is_ready() -> bool:
+        """Stored models recovered, and the preloaded one (if any) READY: /readyz, /v2 ready."""
+        return manager.is_ready() and (preloader is None or preloader.ready)
+
+    app.state.is_ready = is_ready
 
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError) -> Response:
@@ -171,10 +186,14 @@ def create_app(
     async def healthz() -> Response:
         return json_response({"status": "ok"})
 
-    @app.get("/readyz", tags=["health"], summary="Readiness: stored models recovered")
+    @app.get("/readyz", tags=["health"], summary="Readiness: stored and preloaded models loaded")
     async def readyz() -> Response:
         if not manager.is_ready():
             return json_response({"status": "recovering"}, 503)
+        if preloader is not None and not preloader.ready:
+            if preloader.error is not None:
+                return json_response({"status": "failed", "error": preloader.error}, 503)
+            return json_response({"status": "preloading", "model": preloader.name}, 503)
         return json_response({"status": "ready"})
 
     @app.get("/metrics", tags=["health"], summary="Prometheus metrics")
@@ -293,7 +312,9 @@ def create_app(
             "outputs": {k: codecs.jsonable(v) for k, v in result.outputs.items()},
         }
         response = json_response(doc)
-        metrics.codec_seconds.labels(name, "encode").observe(time.perf_counter() - t0)
+        metrics.codec_seconds.labels(name, result.version.version, "encode").observe(
+            time.perf_counter() - t0
+        )
         return response
 
     predict_doc = (
@@ -401,8 +422,10 @@ def _count_rejection(
     metrics.rejections.labels(label, err.reason).inc()
 
 
-async def _start(manager: ModelManager, settings: Settings) -> None:
+async def _start(manager: ModelManager, settings: Settings, preloader: Preloader | None) -> None:
     await manager.recover()
+    if preloader is not None:  # after recovery: a store already serving the file is reused
+        await preloader.run(manager, settings.register_wait_s)
     if settings.demo_model:
         from service.demo_model import register_demo
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +22,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     from service import logs
     from service.app import create_app
+    from service.preload import PreloadError
     from service.settings import Settings
 
     overrides: dict[str, Any] = {
@@ -31,6 +33,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             "store_url": args.store,
             "cache_dir": args.cache_dir,
             "log_format": args.log_format,
+            "preload": args.preload,
+            "preload_name": args.preload_name,
         }.items()
         if value is not None
     }
@@ -49,7 +53,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    app = create_app(settings)
+    try:
+        app = create_app(settings)
+    except PreloadError as exc:
+        print(f"cannot preload a model: {exc}", file=sys.stderr)
+        return 2
+    # uvicorn drains on SIGTERM/SIGINT, then re-raises the signal to the handler it found: with
+    # the default one the process would die by the signal (exit -15) after a clean drain. An
+    # orchestrator's SIGTERM is a normal stop, so once drained (or before serving) exit 0.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _exit_cleanly)
     uvicorn.run(
         app,
         host=settings.host,
@@ -62,6 +75,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=30,
     )
     return 0
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def _cmd_register(args: argparse.Namespace) -> int:
@@ -124,6 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--cache-dir", default=None, help="trusted compiled-executable cache")
     serve.add_argument("--demo", action="store_true", help="register the iris demo model")
     serve.add_argument("--log-format", choices=("text", "json"), default=None)
+    serve.add_argument(
+        "--preload",
+        type=Path,
+        default=None,
+        help="model file, or directory holding one (KServe: /mnt/models), registered at start",
+    )
+    serve.add_argument("--preload-name", default=None, help="name of the preloaded model")
     serve.add_argument(
         "--allow-unauthenticated-management",
         action="store_true",

@@ -1,7 +1,10 @@
 """Prometheus metrics on an injected registry; every duration in seconds; bounded labels only.
 
 Labels are limited to model, version, route (the route template, never the raw path), status,
-reason, cause, phase and state, so a hostile client cannot grow the series count.
+reason, cause, phase and state, so a hostile client cannot grow the series count. ``version`` is
+on the families measured after a request is bound to a model version (codec, queue, compute,
+batch), so a rollout can be compared old against new; versions are created only by an admin.
+The registry also carries prometheus_client's ``process_*`` collector (CPU, memory, fds).
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -71,47 +74,47 @@ class Metrics:
         self.queue_seconds = Histogram(
             "kestrel_queue_duration_seconds",
             "Time a request's rows waited in the batcher's queue.",
-            ("model",),
+            ("model", "version"),
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
         self.compute_seconds = Histogram(
             "kestrel_compute_duration_seconds",
             "Time to run one batch through the compiled model.",
-            ("model",),
+            ("model", "version"),
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
         self.codec_seconds = Histogram(
             "kestrel_codec_duration_seconds",
             "Host time decoding requests into tensors (decode) and rendering responses (encode).",
-            ("model", "phase"),
+            ("model", "version", "phase"),
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
         self.batch_rows = Histogram(
             "kestrel_batch_rows",
             "Real rows per executed batch.",
-            ("model",),
+            ("model", "version"),
             buckets=ROW_BUCKETS,
             registry=r,
         )
         self.rows = Counter(
             "kestrel_batch_rows_processed",
             "Real rows computed.",
-            ("model",),
+            ("model", "version"),
             registry=r,
         )
         self.padded_rows = Counter(
             "kestrel_batch_padded_rows",
             "Rows added to fill a batch to its compiled bucket size.",
-            ("model",),
+            ("model", "version"),
             registry=r,
         )
         self.in_flight = Gauge(
             "kestrel_in_flight_requests",
-            "Requests being handled.",
-            ("route",),
+            "Requests being handled, by kind of route (scoring, management, health, other).",
+            ("kind",),
             registry=r,
         )
         self.rejections = Counter(
@@ -133,6 +136,10 @@ class Metrics:
             ("result",),
             registry=r,
         )
+        # Exported at 0 from the start: Prometheus' increase() cannot see a series' first value,
+        # so a "failed" series born at 1 would never fire the failed-load alert.
+        for result in ("ready", "failed"):
+            self.model_loads.labels(result)
         self.pickle_loads = Counter(
             "kestrel_pickle_loads",
             "Pickle/joblib artifacts unpickled (only with KESTREL_ALLOW_PICKLE and the admin token).",
@@ -144,6 +151,9 @@ class Metrics:
             ("model", "version", "state", "format"),
             registry=r,
         )
+        # A caller passing prometheus_client's default registry already has this collector.
+        with contextlib.suppress(ValueError):
+            ProcessCollector(registry=r)
 
     def observe_model_gone(self, model: str, version: str, state: str, fmt: str) -> None:
         with contextlib.suppress(KeyError):

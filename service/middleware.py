@@ -90,7 +90,8 @@ class ServiceMiddleware:
                 message["headers"] = headers
             await send(message)
 
-        in_flight = self.metrics.in_flight.labels(_route(scope))
+        # The route template is known only after routing: count in flight by kind of route.
+        in_flight = self.metrics.in_flight.labels(route_kind(scope["path"], scope["method"]))
         in_flight.inc()
         try:
             await self.app(scope, limited_receive, send_with_id)
@@ -111,6 +112,17 @@ class ServiceMiddleware:
                     extra={"status": status, "route": route, "model": model, "ms": elapsed * 1e3},
                 )
             request_id_var.reset(token)
+
+
+def route_kind(path: str, method: str) -> str:
+    """A bounded label for a raw path: scoring, management, health or other."""
+    if path.endswith(("/predict", "/infer")):
+        return "scoring"
+    if path.startswith(("/models", "/v2/repository")):
+        return "management"
+    if path in ("/healthz", "/readyz", "/metrics") or path.startswith("/v2"):
+        return "health"
+    return "other"
 
 
 def _route(scope: Scope) -> str:

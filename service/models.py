@@ -27,9 +27,13 @@ from service.batcher import Batcher, BatchInfo
 from service.errors import BadRequest, Conflict, ModelRejected, NotFound, NotReady, http_error_for
 from service.metrics import Metrics
 from service.settings import Settings
-from service.store import ModelStore, VersionRecord, validate_name
+from service.store import Manifest, ModelStore, VersionRecord, validate_name
 
 log = logging.getLogger("kestrel.models")
+
+# Requests with more rows than this are encoded on a worker thread, not on the event loop: a
+# single-row decode is ~10 µs (a thread hop costs more), a 100k-row one is tens of milliseconds.
+OFF_LOOP_ROWS = 2048
 
 
 class State(enum.StrEnum):
@@ -80,6 +84,12 @@ class ModelVersion:
     record: VersionRecord | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
     executor: ThreadPoolExecutor | None = None
+    # The manifest generation that made this version current (its own commit, or the manifest a
+    # replica sync read): of two loads racing to become current, the one from the newer manifest
+    # wins, whichever finishes last.
+    generation: int = -1
+    failed_loads: int = 0  # consecutive failed reloads of a stored version
+    retry_at: float = 0.0  # time.monotonic() after which a replica sync may retry the reload
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -96,6 +106,8 @@ class ModelVersion:
         }
         if self.error:
             out["error"] = self.error
+        if self.failed_loads:
+            out["failed_loads"] = self.failed_loads
         if self.model is not None:
             out["schema"] = self.model.schema.as_dict()
             out["report"] = self.model.report.as_dict()
@@ -128,10 +140,18 @@ class ModelManager:
         self.cache = cache
         self._versions: dict[str, dict[str, ModelVersion]] = {}
         self._current: dict[str, str] = {}
-        self._generation = -1
+        self._generation = -1  # the manifest generation sync() last applied
+        # The newest generation this process wrote (commit, delete): a manifest read older than
+        # that predates our own write, and applying it would undo it (e.g. bring back the version
+        # a local registration just replaced), so sync() skips it.
+        self._floor = -1
         self._loader = ThreadPoolExecutor(1, thread_name_prefix="kestrel-compile")
         self._tasks: set[asyncio.Task[Any]] = set()
+        # _lock: version numbering, store commits and deletes, and removing versions from memory.
+        # _sync_lock: one replica sync (or delete / unload) at a time, so none acts on another's
+        # half-applied manifest. Order: _sync_lock before _lock, never the reverse.
         self._lock = asyncio.Lock()
+        self._sync_lock = asyncio.Lock()
         self.recovered = asyncio.Event()
         metrics.add_model_state_collector(self._states, [s.value for s in State])
         metrics.add_queue_collector(self._queued_rows)
@@ -161,7 +181,7 @@ class ModelManager:
 
     def current(self, name: str) -> ModelVersion | None:
         version = self._current.get(name)
-        return self._versions[name][version] if version is not None else None
+        return self._versions.get(name, {}).get(version) if version is not None else None
 
     def lookup(self, name: str, version: str | None = None) -> ModelVersion:
         """The version to describe (any state); the current one when ``version`` is None."""
@@ -205,8 +225,13 @@ class ModelManager:
             assert model is not None and batcher is not None
             wanted = _select_outputs(model, outputs)
             t0 = time.perf_counter()
-            feed, rows = model.encode(data)
-            self.metrics.codec_seconds.labels(name, "decode").observe(time.perf_counter() - t0)
+            if _row_count(data) > OFF_LOOP_ROWS:  # big decodes would stall every other request
+                feed, rows = await asyncio.to_thread(model.encode, data)
+            else:
+                feed, rows = model.encode(data)
+            self.metrics.codec_seconds.labels(name, mv.version, "decode").observe(
+                time.perf_counter() - t0
+            )
             try:
                 raw = await batcher.submit(feed, rows, deadline=deadline)
             except Exception as exc:
@@ -220,7 +245,9 @@ class ModelManager:
                 raise
             t0 = time.perf_counter()
             decoded = model.decode({k: raw[k] for k in wanted})
-            self.metrics.codec_seconds.labels(name, "encode").observe(time.perf_counter() - t0)
+            self.metrics.codec_seconds.labels(name, mv.version, "encode").observe(
+                time.perf_counter() - t0
+            )
             return Prediction(mv, decoded, rows)
         raise NotReady(f"model {name!r} is being replaced; retry")
 
@@ -299,28 +326,46 @@ class ModelManager:
         t0 = time.perf_counter()
         try:
             record = await work
-            if self._versions.get(mv.name, {}).get(mv.version) is not mv:
-                raise NotFound(f"model {mv.name!r} version {mv.version} was deleted while loading")
-            if commit:
-                await asyncio.get_running_loop().run_in_executor(None, self.store.commit, record)
+            # Under the lock a delete can not slip in between this check and the commit (it would
+            # remove the model from the store, then our commit would bring it back).
+            async with self._lock:
+                if self._versions.get(mv.name, {}).get(mv.version) is not mv:
+                    raise NotFound(
+                        f"model {mv.name!r} version {mv.version} was deleted while loading"
+                    )
+                if commit:
+                    loop = asyncio.get_running_loop()
+                    manifest = await loop.run_in_executor(None, self.store.commit, record)
+                    self._floor = max(self._floor, manifest.generation)
+                    mv.generation = manifest.generation
+                mv.record = record
+                mv.load_seconds = time.perf_counter() - t0
+                mv.failed_loads = 0
+                self._activate(mv)
         except Exception as exc:  # every failure becomes the version's visible reason
             mv.state, mv.error = State.FAILED, _reason(exc)
             mv.load_seconds = time.perf_counter() - t0
             self.metrics.model_loads.labels("failed").inc()
             self.metrics.model_load_seconds.labels("failed").observe(mv.load_seconds)
+            retry = ""
+            if not commit:
+                # A stored version passed its checks when it was registered, so failing here is
+                # most likely this replica's trouble (store hiccup, memory): retry on a later
+                # sync, backing off, and meanwhile keep serving what this replica serves now.
+                mv.failed_loads += 1
+                delay = self._retry_delay(mv.failed_loads)
+                mv.retry_at = time.monotonic() + delay
+                retry = f" (failed load {mv.failed_loads}; a sync retries in {delay:.1f} s)"
             log.warning(
-                "model %s version %s failed: %s",
+                "model %s version %s failed: %s%s",
                 mv.name,
                 mv.version,
                 mv.error,
+                retry,
                 extra={"model": mv.name, "version": mv.version},
             )
             self._stop_executor(mv)
             mv.done.set()
-            return
-        mv.record = record
-        mv.load_seconds = time.perf_counter() - t0
-        self._activate(mv)
 
     def _compile(self, mv: ModelVersion, estimator: Any, sample: Any) -> None:
         """Compile every bucket (or load it from the disk cache), run it, check parity. Blocking."""
@@ -361,27 +406,44 @@ class ModelManager:
         mv.model = model
 
     def _activate(self, mv: ModelVersion) -> None:
-        """READY: give the version a batcher and make it current; retire the previous one."""
+        """READY: give the version a batcher and make it current; retire the previous one.
+
+        A version chosen by an older manifest than the one now current (a slow replica-sync load
+        overtaken by a local registration, or two local uploads finishing out of order) does not
+        replace it: it is RETIRED at once, as in the store.
+        """
         assert mv.model is not None
+        previous = self.current(mv.name)
+        if previous is not None and previous is not mv and previous.generation > mv.generation:
+            mv.state, mv.model = State.RETIRED, None
+            log.info(
+                "model %s version %s loaded but version %s is newer in the store; not serving it",
+                mv.name,
+                mv.version,
+                previous.version,
+                extra={"model": mv.name, "version": mv.version},
+            )
+            mv.done.set()
+            return
         mv.executor = ThreadPoolExecutor(1, thread_name_prefix=f"kestrel-{mv.name}")
         buckets = lz.Buckets(mv.model.options.max_batch)
-        name = mv.name
+        name, version = mv.name, mv.version
 
         def on_batch(info: BatchInfo) -> None:
             m = self.metrics
             if info.error is not None:  # its waiters get the error; nothing was computed
                 m.rejections.labels(name, "failed_batch").inc(info.requests)
                 return
-            m.compute_seconds.labels(name).observe(info.compute_s)
-            m.batch_rows.labels(name).observe(info.rows)
-            m.rows.labels(name).inc(info.rows)
+            m.compute_seconds.labels(name, version).observe(info.compute_s)
+            m.batch_rows.labels(name, version).observe(info.rows)
+            m.rows.labels(name, version).inc(info.rows)
             padded = sum(
                 buckets.sizes[buckets.index(stop - start)] - (stop - start)
                 for start, stop in buckets.chunks(info.rows)
             )
-            m.padded_rows.labels(name).inc(padded)
+            m.padded_rows.labels(name, version).inc(padded)
             for q in info.queue_s:
-                m.queue_seconds.labels(name).observe(q)
+                m.queue_seconds.labels(name, version).observe(q)
 
         mv.batcher = Batcher(
             mv.model.run_encoded,
@@ -393,7 +455,6 @@ class ModelManager:
         )
         mv.batcher.start()
         mv.state = State.READY
-        previous = self.current(mv.name)
         self._current[mv.name] = mv.version
         self.metrics.model_loads.labels("ready").inc()
         self.metrics.model_load_seconds.labels("ready").observe(mv.load_seconds or 0.0)
@@ -433,46 +494,58 @@ class ModelManager:
     # -- deletion --------------------------------------------------------------------------------
     async def delete(self, name: str, version: str | None = None) -> None:
         """Delete a model, or one version. Deleting the current version first brings back the
-        newest other stored version (from the executable cache when warm), so serving never stops
-        while another version exists."""
-        loop = asyncio.get_running_loop()
-        versions = self._versions.get(name)
-        if versions is None:
-            raise NotFound(f"no model named {name!r}; registered: {self.names()}")
-        if version is not None and version not in versions:
-            raise NotFound(f"model {name!r} has no version {version!r}")
-        if version is not None and self._current.get(name) == version:
-            others = [
-                v
-                for v in self.versions(name)
-                if v.version != version and v.record is not None and v.state is State.RETIRED
-            ]
-            if others:
-                back = others[-1]
-                back.state, back.done = State.LOADING, asyncio.Event()
-                work = loop.run_in_executor(self._loader, self._reload, back, back.record)
-                await self._finish(back, work, commit=False)  # READY → current; old one retired
-        async with self._lock:
-            versions = self._versions.get(name, {})
-            if version is None or (version in versions and versions[version].record is not None):
-                try:
-                    await loop.run_in_executor(None, self.store.delete, name, version)
-                except Exception as exc:
-                    if not isinstance(http_error_for(exc), NotFound):
-                        raise
-            doomed = list(versions.values()) if version is None else [versions[version]]
-            for mv in doomed:
-                versions.pop(mv.version, None)
-            if not versions:
-                self._versions.pop(name, None)
-            if self._current.get(name) in {mv.version for mv in doomed}:
-                self._current.pop(name, None)
+        version the store makes current instead (from the executable cache when warm), so
+        serving never stops while another version exists."""
+        async with self._sync_lock:
+            versions = self._versions.get(name)
+            if versions is None:
+                raise NotFound(f"no model named {name!r}; registered: {self.names()}")
+            if version is not None and version not in versions:
+                raise NotFound(f"model {name!r} has no version {version!r}")
+            manifest = None
+            if version is None or versions[version].record is not None:  # committed: in the store
+                async with self._lock:
+                    manifest = await self._store_delete(name, version)
+            if version is not None and self._current.get(name) == version and manifest:
+                entry = manifest.models.get(name)
+                back = versions.get(entry.current) if entry and entry.current else None
+                if back is not None and self._needs_load(back, force=True):
+                    await self._load_stored(back, manifest.generation)  # current; old one retired
+            async with self._lock:
+                versions = self._versions.get(name, {})
+                names = [version] if version is not None else list(versions)
+                doomed = [versions[v] for v in names if v in versions]
+                self._forget(name, doomed)
         for mv in doomed:
             await self._retire(mv)
 
+    async def _store_delete(self, name: str, version: str | None) -> Manifest:
+        """Delete from the store; the manifest after it (as it is, if already gone there)."""
+        loop = asyncio.get_running_loop()
+        try:
+            manifest = await loop.run_in_executor(None, self.store.delete, name, version)
+        except Exception as exc:
+            if not isinstance(http_error_for(exc), NotFound):
+                raise
+            # Another replica deleted it first: nothing written, the store is already right.
+            return await loop.run_in_executor(None, self.store.load_manifest)
+        self._floor = max(self._floor, manifest.generation)
+        return manifest
+
+    def _forget(self, name: str, doomed: list[ModelVersion]) -> None:
+        """Remove versions of ``name`` from memory (the caller holds ``_lock`` and retires them)."""
+        versions = self._versions.get(name, {})
+        for mv in doomed:
+            versions.pop(mv.version, None)
+        if not versions:
+            self._versions.pop(name, None)
+        if self._current.get(name) in {mv.version for mv in doomed}:
+            self._current.pop(name, None)
+
     async def unload(self, name: str) -> None:
-        """Stop serving ``name`` in this process; the store keeps it (``sync(force=True)`` reloads)."""
-        async with self._lock:
+        """Stop serving ``name`` in this process; the store keeps it (``sync(force=True)`` reloads,
+        and so does any later sync that finds the manifest changed)."""
+        async with self._sync_lock, self._lock:
             versions = self._versions.pop(name, None)
             if versions is None:
                 raise NotFound(f"no model named {name!r} is loaded; loaded: {self.names()}")
@@ -490,41 +563,103 @@ class ModelManager:
             self.recovered.set()
 
     async def sync(self, *, force: bool = False) -> None:
-        """Bring memory in line with the store's manifest (another replica may have changed it)."""
-        loop = asyncio.get_running_loop()
-        manifest = await loop.run_in_executor(None, self.store.load_manifest)
-        if manifest.generation == self._generation and not force:
-            return
-        self._generation = manifest.generation
-        loads = []
-        for name, entry in manifest.models.items():
-            known = self._versions.setdefault(name, {})
-            for record in entry.versions.values():
-                if record.version in known:
-                    continue
-                mv = ModelVersion(
-                    name,
-                    record.version,
-                    record.format,
-                    record.filename,
-                    ModelOptions.model_validate(record.options),
-                    created=record.created,
-                    record=record,
-                    state=State.RETIRED,
-                )
-                mv.framework = dict(record.metadata.get("framework", {}))
-                mv.parity = record.metadata.get("parity")
-                known[record.version] = mv
-            current = known.get(entry.current) if entry.current is not None else None
-            if current is not None and current.state is State.RETIRED:
-                current.state = State.LOADING
-                work = loop.run_in_executor(self._loader, self._reload, current, current.record)
-                loads.append(self._finish(current, work, commit=False))
-        gone = [n for n in self._versions if n not in manifest.models]
-        await asyncio.gather(*loads)
-        for name in gone:
-            if all(v.record is not None for v in self._versions.get(name, {}).values()):
-                await self.delete(name)
+        """Bring memory in line with the store's manifest (another replica may have changed it).
+
+        Learn the manifest's new versions, load each model's current version where this process
+        does not serve it (the old one keeps serving until the new one is READY, then is RETIRED),
+        and drop versions and models deleted from it. A current version whose load failed here is
+        retried once its back-off has passed (``force``: at once). Models this process unloaded
+        come back only with ``force`` or a changed manifest.
+        """
+        async with self._sync_lock:
+            loop = asyncio.get_running_loop()
+            manifest = await loop.run_in_executor(None, self.store.load_manifest)
+            if manifest.generation < self._floor:
+                return  # read before our own latest write landed: the next sync sees both
+            changed = force or manifest.generation != self._generation
+            self._generation = manifest.generation
+            loads = []
+            for name, entry in manifest.models.items():
+                # Unchanged, only models still known here: one unloaded on purpose stays so.
+                if changed or name in self._versions:
+                    self._adopt(name, entry.versions.values())
+                want = self._versions.get(name, {}).get(entry.current or "")
+                if want is not None and self._needs_load(want, force=force):
+                    loads.append(self._load_stored(want, manifest.generation))
+            await asyncio.gather(*loads)
+            if changed:
+                await self._drop_deleted(manifest)
+
+    def _adopt(self, name: str, records: Iterable[VersionRecord]) -> None:
+        """Know every stored version of ``name`` (RETIRED: stored, not loaded)."""
+        known = self._versions.setdefault(name, {})
+        for record in records:
+            mine = known.get(record.version)
+            # A local upload still LOADING has no record yet and is left alone: it commits (or
+            # fails with a version conflict) by itself. One that FAILED here, e.g. because another
+            # replica committed the same version name first, gives way to the stored version.
+            if mine is not None and (mine.record is not None or mine.state is not State.FAILED):
+                continue
+            mv = ModelVersion(
+                name,
+                record.version,
+                record.format,
+                record.filename,
+                ModelOptions.model_validate(record.options),
+                created=record.created,
+                record=record,
+                state=State.RETIRED,
+            )
+            mv.framework = dict(record.metadata.get("framework", {}))
+            mv.parity = record.metadata.get("parity")
+            known[record.version] = mv
+
+    def _needs_load(self, mv: ModelVersion, *, force: bool = False) -> bool:
+        """Whether stored version ``mv``, current in the store, must be loaded here now."""
+        if mv.record is None:
+            return False  # a local upload: it becomes READY through its own registration
+        if mv.state is State.RETIRED:
+            return True
+        return mv.state is State.FAILED and (force or time.monotonic() >= mv.retry_at)
+
+    async def _load_stored(self, mv: ModelVersion, generation: int) -> None:
+        """Load a stored version (disk cache when warm) and make it current, as of ``generation``."""
+        assert mv.record is not None
+        mv.state, mv.error, mv.done = State.LOADING, None, asyncio.Event()
+        mv.generation = generation
+        work = asyncio.get_running_loop().run_in_executor(self._loader, self._reload, mv, mv.record)
+        await self._finish(mv, work, commit=False)
+
+    async def _drop_deleted(self, manifest: Manifest) -> None:
+        """Retire and forget stored versions (and models) that ``manifest`` no longer has."""
+        async with self._lock:
+            if manifest.generation < self._floor:
+                return  # a local commit or delete landed while we were loading: manifest is stale
+            dropped: list[ModelVersion] = []
+            for name, versions in list(self._versions.items()):
+                entry = manifest.models.get(name)
+                doomed = [
+                    mv
+                    for mv in versions.values()
+                    # record None: a local upload not committed yet, not a deleted one
+                    if mv.record is not None and (entry is None or mv.version not in entry.versions)
+                ]
+                if doomed:
+                    self._forget(name, doomed)
+                    dropped.extend(doomed)
+        for mv in dropped:
+            log.info(
+                "model %s version %s was deleted from the store; dropped",
+                mv.name,
+                mv.version,
+                extra={"model": mv.name, "version": mv.version},
+            )
+            await self._retire(mv)
+
+    def _retry_delay(self, failures: int) -> float:
+        """Back-off before a replica sync retries a failed reload: doubling, at most 5 minutes."""
+        base = self.settings.poll_interval_s or 1.0
+        return min(base * 2 ** (failures - 1), 300.0)
 
     def _reload(self, mv: ModelVersion, record: VersionRecord) -> VersionRecord:
         data = self.store.get_blob(record.artifact)
@@ -556,6 +691,12 @@ class ModelManager:
         for task in list(self._tasks):
             task.cancel()
         self._loader.shutdown(wait=False, cancel_futures=True)
+
+
+def _row_count(data: Any) -> int:
+    if isinstance(data, dict):
+        return len(next(iter(data.values()), ()))
+    return len(data)
 
 
 def _select_outputs(

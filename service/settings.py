@@ -65,12 +65,19 @@ class Settings(BaseSettings):
     parity_rtol: float = Field(1e-4, gt=0, description="relative tolerance of the parity check")
     parity_atol: float = Field(1e-5, ge=0, description="absolute tolerance of the parity check")
     demo_model: bool = Field(False, description="register a demo model at start if absent")
+    # KServe's storage initializer puts an InferenceService's model under /mnt/models.
+    preload: Path | None = Field(
+        None, description="model file, or directory holding one, registered at start (see readyz)"
+    )
+    preload_name: str | None = Field(
+        None, description="name of the preloaded model (default: the directory's or file's name)"
+    )
 
     # -- logging -------------------------------------------------------------------------------
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
-    @field_validator("cache_dir", mode="before")
+    @field_validator("cache_dir", "preload", "preload_name", mode="before")
     @classmethod
     def _empty_disables(cls, value: object) -> object:
         return None if value in ("", None) else value

@@ -317,8 +317,8 @@ def add_v2_routes(app: FastAPI, manager: ModelManager, auth: Any, settings: Sett
         return json_response({"live": True})
 
     @app.get("/v2/health/ready", tags=["v2"], summary="Server ready")
-    async def ready() -> Response:
-        ok = manager.is_ready()
+    async def ready(request: Request) -> Response:
+        ok = request.app.state.is_ready()
         return json_response({"ready": ok}, 200 if ok else 503)
 
     async def model_metadata(request: Request, name: str, version: str | None) -> Response:

@@ -32,7 +32,7 @@ def test_identical_second_compile_compiles_nothing(graph, cache) -> None:
 
 
 def test_retrained_parameters_reuse_executables(cache) -> None:
-    from conftest import scaler_logreg
+    from tests.lazy.conftest import scaler_logreg
 
     a, b = scaler_logreg(seed=1), scaler_logreg(seed=2)
     assert a.digest == b.digest

@@ -1,0 +1,209 @@
+"""A real Prometheus scrapes a real Kestrel that served traffic; every dashboard and rule query runs.
+
+One Kestrel process (``kestrel serve``) and one Prometheus server (Debian's package) with the
+shipped prometheus.yml, retargeted at the test server and scraping every second, and the shipped
+rules. The demo model is registered with deploy/compose/register_demo.py and traffic comes from
+deploy/compose/loadgen.py — the compose stack's own one-shots — including requests that fail
+with 4xx. Then every PromQL expression of the dashboard and the rules goes through Prometheus'
+HTTP API.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.deploy.prometheus_server import PrometheusServer
+from tests.deploy.promql import (
+    RULES,
+    Query,
+    dashboard_queries,
+    load_dashboard,
+    load_rules,
+    metric_names,
+    substitute,
+    variable_queries,
+)
+from tests.service.live import ADMIN_TOKEN, ROOT, LiveServer
+
+MODEL = "iris"
+# Grafana's variables as the dashboard would send them with "All" instances and versions.
+VARIABLES = {
+    "instance": ".*",
+    "model": MODEL,
+    "version": ".*",
+    "__rate_interval": "30s",
+    "__interval": "5s",
+    "__range": "5m",
+}
+# Series Prometheus makes itself for every target: not in /metrics, but real.
+PROMETHEUS_SERIES = frozenset({"up"})
+# Alerts that cannot fire on this healthy server; the latency one depends on machine load, so it
+# is only required to parse and to have its input series.
+SILENT_WHEN_HEALTHY = frozenset(
+    {
+        "KestrelTargetDown",
+        "KestrelHigh5xxRate",
+        "KestrelQueueSaturated",
+        "KestrelCompiledAfterReady",
+        "KestrelModelLoadFailed",
+    }
+)
+
+
+@dataclass
+class Stack:
+    kestrel: LiveServer
+    prometheus: PrometheusServer
+    exposed: set[str]  # sample names in Kestrel's /metrics after the traffic
+    traffic: str  # the load generator's summary line
+
+
+def _script(name: str, *args: str, timeout: float) -> str:
+    """Run one of deploy/compose's scripts as the compose one-shots do; its output."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "deploy" / "compose" / name), *args],
+        env={**os.environ, "KESTREL_ADMIN_TOKEN": ADMIN_TOKEN},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"{name} exited {result.returncode}:\n{output}"
+    return output
+
+
+def _prometheus_config(target: str) -> dict[str, Any]:
+    """The shipped prometheus.yml, scraping ``target`` every second with the shipped rules."""
+    config = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    config["global"].update(scrape_interval="1s", evaluation_interval="1s")
+    config["rule_files"] = [str(RULES)]
+    (job,) = config["scrape_configs"]
+    assert job["job_name"] == "kestrel"
+    job["static_configs"] = [{"targets": [target]}]
+    return config
+
+
+def _latest_scrape(prometheus: PrometheusServer) -> float:
+    samples = prometheus.query('timestamp(up{job="kestrel"} == 1)')
+    return float(samples[0]["value"][1]) if samples else 0.0
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    kestrel = LiveServer(tmp_path_factory.mktemp("kestrel")).start()
+    prometheus = PrometheusServer(
+        tmp_path_factory.mktemp("prometheus"), _prometheus_config(f"127.0.0.1:{kestrel.port}")
+    )
+    try:
+        prometheus.start()
+        # Scraped before the model loads, so counters are seen rising (increase() needs that).
+        prometheus.wait(lambda: _latest_scrape(prometheus) > 0, 30, "scraping Kestrel")
+        # Four buckets (1, 2, 4, 8) keep the compile short; 64-row requests run as 8 batches.
+        _script(
+            "register_demo.py",
+            *("--url", kestrel.url, "--ready-timeout", "60", "--max-batch", "8"),
+            timeout=300,
+        )
+        traffic = _script(
+            "loadgen.py",
+            *("--url", kestrel.url, "--model", MODEL, "--seconds", "4"),
+            *("--concurrency", "2", "--bad-fraction", "0.2"),
+            timeout=60,
+        )
+        done = time.time()
+        prometheus.wait(lambda: _latest_scrape(prometheus) >= done + 2, 30, "scraped twice")
+        prometheus.wait(
+            lambda: all(_epoch(g["lastEvaluation"]) > done for g in prometheus.rule_groups()),
+            30,
+            "evaluating the rules",
+        )
+        text = kestrel.client.get("/metrics").text
+        exposed = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+        yield Stack(kestrel, prometheus, exposed, traffic)
+    finally:
+        prometheus.stop()
+        kestrel.stop()
+
+
+def _epoch(rfc3339: str) -> float:
+    """Seconds since the epoch of Prometheus' RFC 3339 times (nanosecond fractions included)."""
+    match = re.fullmatch(r"(.+?)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)", rfc3339)
+    assert match is not None, f"not an RFC 3339 time: {rfc3339!r}"
+    whole, fraction, zone = match.groups()
+    stamp = datetime.fromisoformat(whole + ("+00:00" if zone == "Z" else zone))
+    return stamp.timestamp() + float(f"0.{fraction or 0}")
+
+
+def _finite(samples: list[dict[str, Any]]) -> bool:
+    return any(math.isfinite(float(s["value"][1])) for s in samples)
+
+
+def _failures(stack: Stack, queries: list[Query]) -> list[str]:
+    """Queries that fail or return no finite value."""
+    problems = []
+    for query in queries:
+        expr = substitute(query.expr, VARIABLES)
+        samples = stack.prometheus.query(expr)
+        if not _finite(samples):
+            problems.append(f"{query.where}: {expr} -> {samples}")
+    return problems
+
+
+def test_traffic_included_client_errors(stack: Stack) -> None:
+    assert "200:" in stack.traffic and "404:" in stack.traffic, stack.traffic
+    assert "400:" in stack.traffic or "422:" in stack.traffic, stack.traffic
+
+
+def test_every_metric_name_exists_in_metrics(stack: Stack) -> None:
+    rules = load_rules()
+    recorded = {rule["record"] for rule in rules if "record" in rule}
+    exprs = [q.expr for q in dashboard_queries(load_dashboard())]
+    exprs += [q.expr for q in variable_queries(load_dashboard())]
+    exprs += [rule["expr"] for rule in rules]
+    used = set().union(*map(metric_names, exprs)) - recorded - PROMETHEUS_SERIES
+    assert used, "no metric names found"
+    assert used - stack.exposed == set(), f"not in /metrics: {sorted(used - stack.exposed)}"
+
+
+def test_dashboard_queries_return_data(stack: Stack) -> None:
+    dashboard = load_dashboard()
+    assert _failures(stack, dashboard_queries(dashboard)) == []
+    assert _failures(stack, variable_queries(dashboard)) == []
+
+
+def test_recording_rules_return_data(stack: Stack) -> None:
+    records = [rule for rule in load_rules() if "record" in rule]
+    assert _failures(stack, [Query(f"rule {r['record']}", r["expr"]) for r in records]) == []
+    # ... and the server evaluated them under their recorded names.
+    assert _failures(stack, [Query("recorded series", r["record"]) for r in records]) == []
+
+
+def test_alert_expressions_parse_and_their_inputs_have_data(stack: Stack) -> None:
+    for rule in (rule for rule in load_rules() if "alert" in rule):
+        firing = stack.prometheus.query(rule["expr"])  # raises PromQLError if it does not parse
+        if rule["alert"] in SILENT_WHEN_HEALTHY:
+            assert firing == [], f"{rule['alert']} fires on a healthy server: {firing}"
+        for name in metric_names(rule["expr"]):
+            assert stack.prometheus.query(name), f"{rule['alert']}: {name} has no data"
+
+
+def test_rule_groups_are_healthy(stack: Stack) -> None:
+    rules = [rule for group in stack.prometheus.rule_groups() for rule in group["rules"]]
+    assert len(rules) == len(load_rules())
+    unhealthy = [(r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"]
+    assert unhealthy == []
