@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -103,6 +104,10 @@ def test_hot_swap_under_load_loses_no_request(tmp_path: Path, data) -> None:
             assert r.status_code == 201, r.text
             r = live.register("m", sio.dumps(first), options=OPTIONS)
             assert r.status_code == 201, r.text
+            # Keep the load on until version 3 has answered: READY means it serves from now on.
+            deadline = time.monotonic() + 60
+            while "3" not in versions and time.monotonic() < deadline:
+                time.sleep(0.05)
         finally:
             stop.set()
             for t in threads:
