@@ -12,7 +12,8 @@ knows nothing about HTTP or metrics: the service maps its exceptions to status c
 :class:`BatcherClosedError` → 503) and records metrics from the ``on_batch`` callback.
 
 Overlap: when a batch finishes, the worker first dispatches the next batch and only then hands
-out the finished batch's rows, so slicing results on the event loop overlaps the next compute.
+out the finished batch's rows, so slicing results on the event loop overlaps the next compute
+(a failed batch is handed out first, so the rest of a split request it failed never computes).
 Concatenating a batch's feeds happens in the executor thread, off the event loop.
 """
 
@@ -371,9 +372,12 @@ class Batcher:
                     await asyncio.wait([in_flight.future])
                     self._in_flight_rows = 0
                     partial = self._queued_rows < self._max_batch_rows
+                    failed = in_flight.future.result().error is not None
                     finishing, in_flight = in_flight, None
-                    if self._max_wait_s > 0 and partial and not self._closing:
-                        # The next batch may wait to fill: hand out these rows first.
+                    if failed or (self._max_wait_s > 0 and partial and not self._closing):
+                        # A failed batch fails its requests first, so the rest of a split
+                        # request is never computed; a batch that may wait to fill hands
+                        # out the finished rows before it waits.
                         self._finish(finishing)
                         finishing = None
                         continue
