@@ -64,6 +64,7 @@ from .tensor import (
     take_along,
     tanh,
     transpose,
+    update,
     where,
 )
 from .verify import verify
@@ -139,6 +140,7 @@ __all__ = [
     "take_along",
     "tanh",
     "transpose",
+    "update",
     "verify",
     "where",
 ]

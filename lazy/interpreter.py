@@ -71,6 +71,14 @@ def _in_bounds(n: Node, data: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return idx
 
 
+def _update(n: Node, x: np.ndarray, idx: np.ndarray, value: np.ndarray) -> np.ndarray:
+    axis = n.attr("axis") % x.ndim
+    _in_bounds(n, x, idx)
+    out = x.copy()
+    out[(slice(None),) * axis + (int(idx),)] = value
+    return out
+
+
 def _ctz(n: Node, x: np.ndarray) -> np.ndarray:
     # The lowest set bit, isolated in the operand's own width, is a power of two that float64
     # holds exactly: frexp gives its exponent. The oracle widens int32, so take the width from
@@ -149,6 +157,7 @@ RULES: dict[Op, Rule] = {
     Op.TAKE_ALONG: lambda n, a, ctx: np.take_along_axis(
         a[0], _in_bounds(n, a[0], a[1]), axis=n.attr("axis")
     ),
+    Op.UPDATE: lambda n, a, ctx: _update(n, *a),
     Op.SUM: lambda n, a, ctx: np.sum(a[0], axis=n.attr("axes"), keepdims=n.attr("keepdims")),
     Op.MAX: lambda n, a, ctx: np.max(a[0], axis=n.attr("axes"), keepdims=n.attr("keepdims")),
     Op.MIN: lambda n, a, ctx: np.min(a[0], axis=n.attr("axes"), keepdims=n.attr("keepdims")),

@@ -68,6 +68,7 @@ class Op(enum.Enum):
     MATMUL = "matmul"
     TAKE = "take"
     TAKE_ALONG = "take_along"
+    UPDATE = "update"  # one index along an axis replaced (a dynamic update slice)
     # reductions over non-batch axes
     SUM = "sum"
     MAX = "max"
@@ -278,6 +279,24 @@ def _take_along(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
     return TensorType(shape, data.dtype)
 
 
+def _update(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
+    x, idx, value = types
+    _require(Op.UPDATE, idx.dtype, dt.INDEX, "int32/int64 index")
+    if idx.shape != ():
+        raise ShapeError(f"UPDATE needs a scalar index, got shape {idx.shape}")
+    axis = normalize_axis(attrs["axis"], len(x.shape))
+    if is_batched(x.shape) and axis == 0:
+        raise RowMixingError("UPDATE along axis 0 of a batched tensor writes across rows")
+    want = tuple(d for i, d in enumerate(x.shape) if i != axis)
+    if value.shape != want:
+        raise ShapeError(
+            f"UPDATE of {x.shape} at one index of axis {axis} needs a value of shape {want}, "
+            f"got {value.shape}"
+        )
+    _same_dtype(Op.UPDATE, (x, value))
+    return x
+
+
 def _axes(attrs: Attrs, x: TensorType, op: Op) -> tuple[int, ...]:
     axes = tuple(sorted({normalize_axis(a, len(x.shape)) for a in attrs["axes"]}))
     if is_batched(x.shape) and 0 in axes:
@@ -467,6 +486,8 @@ def _build_table() -> dict[Op, OpSpec]:
     add(Op.MATMUL, 2, (), _matmul, "contraction")
     add(Op.TAKE, 2, ("axis",), _take, "gather")
     add(Op.TAKE_ALONG, 2, ("axis",), _take_along, "gather")
+    # Operands: the tensor, a scalar index, the value written at that index along ``axis``.
+    add(Op.UPDATE, 3, ("axis",), _update, "layout")
     for op in (Op.SUM, Op.MAX, Op.MIN):
         add(op, 1, ("axes", "keepdims"), _reduction(dt.NUMERIC, "numeric")(op), "reduction")
     # Bitwise AND over axes (logical for bools); the empty AND is all ones.

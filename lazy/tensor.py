@@ -376,6 +376,14 @@ def take_along(data: LazyTensor, indices: LazyTensor, axis: int) -> LazyTensor:
     return _make(Op.TAKE_ALONG, [data, indices], axis=axis)
 
 
+def update(x: LazyTensor, index: LazyTensor, value: LazyTensor, axis: int) -> LazyTensor:
+    """``x`` with the slice at scalar ``index`` along ``axis`` replaced by ``value`` (the shape
+    of ``x`` without that axis): numpy's ``y = x.copy(); y[..., index, ...] = value``. The index
+    must be in bounds (backends may assume so). Inside a loop it fills one slice per iteration
+    (in place on XLA)."""
+    return _make(Op.UPDATE, [x, index, value], axis=axis)
+
+
 def sum(x: LazyTensor, axis: int | Sequence[int] = -1, keepdims: bool = False) -> LazyTensor:
     return _make(Op.SUM, [x], axes=_axes(axis), keepdims=keepdims)
 

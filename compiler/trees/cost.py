@@ -2,19 +2,24 @@
 
 Estimated ns per row on XLA:CPU (one thread, 10k-row batches), from the ensemble's padded shape:
 T trees, depth D, I splits and L leaves per tree (the maxima: padding costs like real nodes).
+Fitted by ``bench/fit_tree_costs.py`` (non-negative least squares on the relative error) to
+``bench/tree_strategies.py --preset grid``: RF and GB of depth 2–10 and unlimited × 10/100
+trees, HistGB, LightGBM and XGBoost.
 
-- traversal: 15·T·D — one dependent gather chain per level.
-- bitvector: 500 + 1.2·T·I, one mask word only (L ≤ 32): several words cost ~10× more per term.
-- hybrid: 500 + 1.9·T·min(I, 31) + 15·T·(D − 5), for D > 5 (shallower, it is the bitvector).
-- gemm: 150 + 0.35·T·I·L·(1 + T/25) — per-tree batched matmuls scale worse than linearly in T.
-- perfect: never cheaper than traversal; not a candidate.
+- traversal: 40 + 4.0·T·D — one level of every tree per loop step, four gathers per (row, tree).
+- perfect: 27 + 3.9·T·D — the same without the child table; its tables grow as T·2**D, so it
+  is a candidate only while they stay small (``PERFECT_AUTO_LEAVES``).
+- bitvector: 83 + 0.19·T·I, one mask word only (L ≤ 32): a dense, vectorized pass per tree.
+- hybrid: 171 + 0.24·T·min(I, 31) + 4.5·T·(D − 5), for D > 5 (shallower, it is the bitvector):
+  the dense top five levels, then traversal steps.
+- gemm: 361 + 0.135·T·I·L — path matrices; never the cheapest on the grid but for tiny models.
 
-Measured (2-core machine, 1 thread, RF and GB at depth 2–8 × 10/100 trees): bit-vectors win for
-many shallow trees (100 trees of depth ≤ 4: 2–4.7× over traversal) and for trees with few leaves
-but long paths (HistGradientBoosting, 31 leaves); GEMM for a few trees of depth ≤ 3; the hybrid
-gains ~5–15 % over traversal for 100 trees of depth 6–8; traversal otherwise. Batches of 100 rank
-the strategies the same way; single rows are dominated by per-call overhead, where they tie. So
-the choice is per model, for large buckets — one graph serves every bucket.
+Measured picture: bit-vectors win wherever trees have at most 32 leaves (boosting with 31
+leaves: HistGB and LightGBM 10–15× faster than traversal; shallow forests); the hybrid wins for
+deeper trees, by ~30 % over traversal at depth 8 and less as depth grows; traversal and perfect
+traversal tie for a few deep trees. Batches of 100 rank the strategies nearly the same (the
+fitted pick is within 1.7× of the fastest there, median 1.0×); single rows are dominated by
+per-call overhead, where all tie. So the choice is per model — one graph serves every bucket.
 """
 
 from __future__ import annotations
@@ -22,7 +27,10 @@ from __future__ import annotations
 from .model import Ensemble
 
 WORD_BITS = 32
-HYBRID_TOP_SPLITS = 31  # the hybrid's dense top: 5 levels
+HYBRID_TOP_LEVELS = 5  # the hybrid's dense top
+HYBRID_TOP_SPLITS = (1 << HYBRID_TOP_LEVELS) - 1
+#: ``auto`` considers perfect traversal while its tables hold at most this many leaves.
+PERFECT_AUTO_LEAVES = 1 << 17
 
 
 def shape(ensemble: Ensemble) -> tuple[int, int, int, int]:
@@ -35,11 +43,14 @@ def costs(ensemble: Ensemble) -> dict[str, float]:
     """Estimated ns per row of each candidate strategy for ``auto``."""
     t, d, i, leaves = shape(ensemble)
     out = {
-        "traversal": 15.0 * t * d,
-        "gemm": 150.0 + 0.35 * t * i * leaves * (1.0 + t / 25.0),
+        "traversal": 40.0 + 4.0 * t * d,
+        "gemm": 361.0 + 0.135 * t * i * leaves,
     }
+    if t << d <= PERFECT_AUTO_LEAVES:
+        out["perfect"] = 27.0 + 3.9 * t * d
     if leaves <= WORD_BITS:
-        out["bitvector"] = 500.0 + 1.2 * t * i
-    if d > 5:
-        out["hybrid"] = 500.0 + 1.9 * t * min(i, HYBRID_TOP_SPLITS) + 15.0 * t * (d - 5)
+        out["bitvector"] = 83.0 + 0.19 * t * i
+    if d > HYBRID_TOP_LEVELS:
+        top = min(i, HYBRID_TOP_SPLITS)
+        out["hybrid"] = 171.0 + 0.24 * t * top + 4.5 * t * (d - HYBRID_TOP_LEVELS)
     return out

@@ -1,12 +1,17 @@
 """The ``hybrid`` strategy: the top levels of every tree evaluated densely, the rest traversed.
 
-The top ``TOP_LEVELS`` levels are a bit-vector evaluation (:mod:`.quickscorer`) of the trees cut
-at that depth: every top split is compared at once and the AND of the false splits' masks names
-the node reached at the cut (or a leaf above it). From there the walk continues one level per
-step over the traversal strategy's breadth-first tables, where leaves loop to themselves, so
-rows that stopped early just stay put. A dense comparison costs far less than a dependent gather,
-so deep forests gain from replacing their first levels; beyond 5 levels (32 top nodes, one mask
-word) the dense work outgrows the steps it saves.
+Two passes. The first is a loop over trees: the top ``TOP_LEVELS`` levels of a tree are a
+bit-vector evaluation (:mod:`.quickscorer`) of the tree cut at that depth — every top split is
+compared, and the AND of the false splits' masks names the node reached at the cut (or a leaf
+above it) — elementwise work that vectorizes across rows; the iteration ends by writing that
+"top leaf" into its tree's column of a (B, T) table (an update, not a gather, so the chain stays
+vectorized). The second pass maps the top leaves to nodes of the traversal strategy's
+level-major tables and walks the remaining levels for all trees at once, one level per loop
+iteration; leaves loop to themselves there, so rows that stopped early stay put.
+
+A dense comparison costs far less than a dependent gather, so deep trees gain from replacing
+their first levels; beyond 5 levels (32 top nodes, one mask word) the dense work outgrows the
+steps it saves. Trees of depth ≤ 5 are all top: the bit-vector strategy.
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ import lazy as lz
 
 from ..context import Context
 from .model import Ensemble
-from .quickscorer import bit_tables, exit_leaves, tree_offsets
-from .strategies import _constant, _decision, _go_right, _linked, _root_values
+from .quickscorer import bit_tables, bitvector, exit_leaf, split_tables
+from .splits import split_columns
+from .strategies import _constant, _leaf_sum, _linked, _root_values, _step
 
 TOP_LEVELS = 5
 
@@ -27,32 +33,44 @@ def hybrid(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
     depth = ensemble.max_depth
     if depth == 0:
         return _constant(_root_values(ensemble), x, ctx)
-    dec = _decision(ensemble, x, ctx)
-    cut = min(depth, TOP_LEVELS)
-    top = bit_tables(ensemble, cut)
+    if depth <= TOP_LEVELS:  # nothing to walk below the top: that is the bit-vector strategy
+        return bitvector(ensemble, x, ctx)
+    cols = split_columns(ensemble, x, ctx)
+    top = bit_tables(ensemble, TOP_LEVELS)
+    n_trees, n_splits, n_leaves = top.shape
     g = _linked(ensemble)
 
-    # Each top "leaf" as a node of the breadth-first tables: follow its turns from the root
-    # (children are adjacent there: right = left + 1).
-    n_leaves = top.shape[2]
+    # Each top "leaf" as a node of the level-major tables: follow its turns from the root
+    # (children are adjacent there: right = left + 1). Padding entries are never reached.
     start = np.zeros(len(top.paths), np.int64)
     for i, entry in enumerate(top.paths):
         node = g.roots[i // n_leaves]
         for right in entry[1] if entry is not None else ():
             node = g.left[node] + int(right)
         start[i] = node
-    leaf = exit_leaves(top, dec, ctx) + tree_offsets(top, ctx, "top_offset")
-    node = lz.take(ctx.param(start, "top_node"), leaf, axis=0)  # (B, T)
 
-    if depth > cut:
-        feature = ctx.param(g.feature, "feature")
-        threshold = ctx.param(dec.thresholds(g.threshold), "threshold", dtype=dec.dtype)
-        has_nan_right = bool(g.nan_right.any())
-        nan_right = ctx.param(g.nan_right, "nan_right", dtype="bool") if has_nan_right else None
-        left = ctx.param(g.left, "left")
-        for _ in range(depth - cut):
-            v = lz.take_along(dec.x, lz.take(feature, node, axis=0), axis=1)
-            nr = lz.take(nan_right, node, axis=0) if nan_right is not None else None
-            go_right = _go_right(v, lz.take(threshold, node, axis=0), nr)
-            node = lz.take(left, node, axis=0) + lz.cast(go_right, "int32")
-    return lz.sum(lz.take(ctx.param(g.value, "leaf_value"), node, axis=0), axis=1)
+    def top_pass(
+        tree: lz.LazyTensor,
+        leaves: lz.LazyTensor,
+        x_columns: lz.LazyTensor,
+        column: lz.LazyTensor,
+        threshold: lz.LazyTensor,
+        masks: lz.LazyTensor,
+    ) -> lz.LazyTensor:
+        leaf = exit_leaf(tree, x_columns, column, threshold, masks, n_splits)
+        return lz.update(leaves, tree, leaf + tree * n_leaves, axis=1)
+
+    zeros = ctx.const(np.zeros((1, n_trees)), dtype="int32")
+    no_leaves = lz.where(lz.isnan(cols.x[:, :1]), zeros, zeros)  # (B, T), batched like x
+    leaves = lz.fori_loop(
+        n_trees, top_pass, no_leaves, cols.x, *split_tables(top, cols, ctx, "top")
+    )
+    node = lz.take(ctx.param(start, "top_node"), leaves, axis=0)  # (B, T)
+    column, threshold = cols.encode(g.feature, g.threshold, g.nan_right)
+    tables = (
+        ctx.param(column, "feature"),
+        ctx.param(threshold, "threshold", dtype=cols.dtype),
+        ctx.param(g.left, "left"),
+    )
+    node = lz.fori_loop(depth - TOP_LEVELS, _step, node, cols.x, *tables)
+    return _leaf_sum(g.value, node, ctx)

@@ -7,7 +7,17 @@ out — it is never ruled out (every false split on its path has it in its right
 others do not contain it), and any leaf left of it is under the left child of a path split that
 went right. So per tree: AND the bitmasks of the false splits (all ones for the true ones), and
 the exit leaf is the lowest set bit. Masks are uint32 words, leaf ``32 w + b`` at bit ``b`` of
-word ``w``; trees of up to 32 leaves need one word.
+word ``w``; trees of up to 32 leaves need one word. The strategy takes those only (more words
+multiplied the loop body, and XLA's compile time grew faster still: 50 s per bucket at depth 8);
+deeper trees use the hybrid, whose top is one word.
+
+The evaluation is a loop over trees, one per iteration (several per iteration measured slower:
+longer chains spill registers). A tree's body is a chain of elementwise ops over the batch: read
+one feature column per split, compare, AND the mask words, count trailing zeros, then pick the
+leaf's value by a tree of selects on the leaf number's bits. No gather touches per-row data, so
+XLA:CPU vectorizes the whole chain across rows (the JAX lowering reads the columns from a
+transposed copy of the features: contiguous rows). A gather for the leaf value would pull the
+chain into a scalar gather loop; the selects keep it out.
 
 The same tables, cut at a depth, give the top of the ``hybrid`` strategy (:mod:`.hybrid`): there
 the "leaves" are the nodes at the cut depth (and real leaves above it).
@@ -23,9 +33,11 @@ import lazy as lz
 
 from ..context import Context
 from .model import Ensemble, Tree
-from .strategies import _constant, _Decision, _decision, _go_right, _root_values
+from .splits import SplitColumns, split_columns
+from .strategies import _constant, _root_values, _stack_outputs
 
 WORD_BITS = 32
+ALL_ONES = 0xFFFFFFFF
 
 
 @dataclass(frozen=True)
@@ -95,54 +107,93 @@ def bit_tables(ensemble: Ensemble, cut: int | None = None) -> BitTables:
     return BitTables(feature.ravel(), threshold.ravel(), nan_right.ravel(), masks, paths)
 
 
-def exit_leaves(tables: BitTables, dec: _Decision, ctx: Context) -> lz.LazyTensor:
-    """(B, T) int32: each tree's exit leaf, numbered within the tree."""
-    n_trees, n_splits, _ = tables.shape
-    words = tables.masks.shape[2]
-
-    # One column gather and one dense comparison for every split of every tree, split-major
-    # (I, T): the AND runs across splits with the trees as the contiguous axis, so it vectorizes.
-    def split_major(a: np.ndarray) -> np.ndarray:
-        return a.reshape(n_trees, n_splits).T.ravel()
-
-    v = lz.take(dec.x, ctx.param(split_major(tables.feature), "split_feature"), axis=1)
-    t = ctx.param(dec.thresholds(split_major(tables.threshold)), "split_threshold", dtype=dec.dtype)
-    nr = split_major(tables.nan_right)
-    nan_right = ctx.param(nr, "split_nan_right", dtype="bool") if nr.any() else None
-    false = lz.reshape(_go_right(v, t, nan_right), (lz.B, n_splits, n_trees, 1))
-    masks = ctx.param(tables.masks.transpose(1, 0, 2), "split_mask", dtype="uint32")  # (I, T, W)
-    reachable = lz.reduce_and(lz.where(false, masks, 0xFFFFFFFF), axis=1)  # (B, T, W)
-    if words == 1:
-        return lz.reshape(lz.ctz(reachable), (lz.B, n_trees))
-    # The first word with a bit set holds the exit leaf (an all-zero word's ctz, 32, would tie
-    # with the next word's bit 0, so empty words are pushed past every leaf).
-    base = ctx.param(np.arange(words) * WORD_BITS, "word_base")
-    leaf = lz.where(reachable == 0, words * WORD_BITS, lz.ctz(reachable) + base)
-    return lz.min(leaf, axis=2)
+def split_tables(
+    tables: BitTables, cols: SplitColumns, ctx: Context, prefix: str
+) -> tuple[lz.LazyTensor, lz.LazyTensor, lz.LazyTensor]:
+    """(T*I,) columns, thresholds and mask words as parameters (trees of one mask word)."""
+    if tables.masks.shape[2] != 1:
+        raise ValueError(f"bit-vector loops take trees of up to {WORD_BITS} leaves")
+    column, threshold = cols.encode(tables.feature, tables.threshold, tables.nan_right)
+    return (
+        ctx.param(column, f"{prefix}_column"),
+        ctx.param(threshold, f"{prefix}_threshold", dtype=cols.dtype),
+        ctx.param(tables.masks.ravel(), f"{prefix}_mask", dtype="uint32"),
+    )
 
 
-def tree_offsets(tables: BitTables, ctx: Context, name: str) -> lz.LazyTensor:
-    """(T,) the first row of each tree's block in a (T*L, ...) leaf table."""
-    n_trees, _, n_leaves = tables.shape
-    return ctx.param(np.arange(n_trees) * n_leaves, name)
+def exit_leaf(
+    tree: lz.LazyTensor,
+    x: lz.LazyTensor,
+    column: lz.LazyTensor,
+    threshold: lz.LazyTensor,
+    masks: lz.LazyTensor,
+    n_splits: int,
+) -> lz.LazyTensor:
+    """Inside a loop body: (B,) int32, tree ``tree``'s exit leaf (numbered within the tree) for
+    every row of ``x``, from :func:`split_tables`' tables of one mask word per split."""
+    reachable = None
+    for s in range(n_splits):
+        k = tree * n_splits + s
+        false = lz.take(x, lz.take(column, k), axis=1) > lz.take(threshold, k)
+        term = lz.where(false, lz.take(masks, k), ALL_ONES)
+        reachable = term if reachable is None else reachable & term
+    return lz.ctz(reachable)
+
+
+def select(index: lz.LazyTensor, entries: list[lz.LazyTensor]) -> lz.LazyTensor:
+    """``entries[index]`` per row, for ``0 <= index < len(entries)``: a tree of selects on the
+    index's bits (elementwise, unlike a gather, so it stays in XLA's vectorized loop)."""
+    layer, bit = entries, 0
+    while len(layer) > 1:
+        right = (index & (1 << bit)) != 0
+        layer = [
+            lz.where(right, layer[j + 1], layer[j]) if j + 1 < len(layer) else layer[j]
+            for j in range(0, len(layer), 2)
+        ]
+        bit += 1
+    return layer[0]
 
 
 def bitvector(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
     if ensemble.max_depth == 0:
         return _constant(_root_values(ensemble), x, ctx)
-    dec = _decision(ensemble, x, ctx)
+    cols = split_columns(ensemble, x, ctx)
     tables = bit_tables(ensemble)
-    k = ensemble.n_outputs
-    value = np.zeros((len(tables.paths), k))
-    for i, (entry, ti) in enumerate(zip(tables.paths, _tree_index(tables), strict=True)):
+    n_trees, n_splits, n_leaves = tables.shape
+    value = np.zeros((n_trees * n_leaves, ensemble.n_outputs))
+    for i, entry in enumerate(tables.paths):
         if entry is not None:
-            value[i] = ensemble.trees[ti].value[entry[0]]
-    # The leaf lookup is a separate pass after the bit arithmetic (a gather fused into the AND
-    # reduction keeps XLA:CPU from vectorizing it).
-    leaf = exit_leaves(tables, dec, ctx) + tree_offsets(tables, ctx, "leaf_offset")
-    return lz.sum(lz.take(ctx.param(value, "leaf_value"), leaf, axis=0), axis=1)
+            value[i] = ensemble.trees[i // n_leaves].value[entry[0]]
 
+    def body(
+        i: lz.LazyTensor,
+        acc: lz.LazyTensor,
+        x: lz.LazyTensor,
+        trees: lz.LazyTensor,
+        column: lz.LazyTensor,
+        threshold: lz.LazyTensor,
+        masks: lz.LazyTensor,
+        values: lz.LazyTensor,
+    ) -> lz.LazyTensor:
+        tree = lz.take(trees, i)
+        leaf = exit_leaf(tree, x, column, threshold, masks, n_splits)
+        return acc + select(leaf, [lz.take(values, tree * n_leaves + j) for j in range(n_leaves)])
 
-def _tree_index(tables: BitTables) -> np.ndarray:
-    n_trees, _, n_leaves = tables.shape
-    return np.repeat(np.arange(n_trees), n_leaves)
+    # One loop per output, over the trees that contribute to it (boosting: one class's trees),
+    # with a (B,) sum: a (B, K) carry puts K innermost, which XLA:CPU does not vectorize (10×
+    # slower for K = 2 than K loops).
+    zeros = lz.reshape(_constant(np.zeros(1), x, ctx), (lz.B,))
+    splits = split_tables(tables, cols, ctx, "split")
+    outputs = []
+    for k in range(ensemble.n_outputs):
+        trees = np.flatnonzero(np.any(value[:, k].reshape(n_trees, n_leaves) != 0, axis=1))
+        if len(trees) == 0:
+            outputs.append(zeros)
+            continue
+        per_tree = (
+            ctx.param(trees, f"trees_{k}"),
+            *splits,
+            ctx.param(value[:, k], f"leaf_value_{k}"),
+        )
+        outputs.append(lz.fori_loop(len(trees), body, zeros, cols.x, *per_tree))
+    return _stack_outputs(outputs)

@@ -1,15 +1,21 @@
 """Strategies that turn an :class:`Ensemble` into lazy IR: (B, F) features → (B, K) leaf sums.
 
-- ``traversal``: all trees at once, one level per step — gather each row's node (feature,
-  threshold, children) by node id, compare, step to a child; unrolled ``max_depth`` times (the IR
-  has no loops). Nodes are renumbered breadth-first so a node's children are adjacent
-  (``right == left + 1``) and leaves loop to themselves, so a step is ``left[node] + go_right``.
-- ``perfect``: the same walk over trees padded to perfect trees of the ensemble's depth; a node is
-  found from (level, position) arithmetic instead of child pointers. Memory grows as 2**depth.
+- ``traversal``: all trees at once, one level per iteration of a loop — gather each row's node
+  (column, threshold, children) by node id, compare, step to a child. Nodes are renumbered
+  level by level across all trees so a node's children are adjacent (``right == left + 1``)
+  and leaves loop to themselves, so a step is ``left[node] + go_right``.
+- ``perfect``: the same walk over trees padded to perfect trees of the ensemble's depth, numbered
+  level by level, so a node's children follow from its number (no child table to gather). Memory
+  grows as 2**depth.
 - ``gemm`` (Hummingbird's): evaluate every split at once, then find each tree's reached leaf with
   a matrix product against the leaves' path signs; suits shallow trees.
-- ``bitvector`` (:mod:`.quickscorer`) and ``hybrid`` (:mod:`.hybrid`): QuickScorer bit-vectors,
-  and bit-vectors for the top levels with traversal below. ``auto`` asks :mod:`.cost`.
+- ``bitvector`` (:mod:`.quickscorer`) and ``hybrid`` (:mod:`.hybrid`): QuickScorer bit-vectors
+  a tree per iteration, and bit-vectors for the top levels with traversal below. ``auto`` asks
+  :mod:`.cost`.
+
+Level loops are ``lz.fori_loop``s: an unrolled loop makes XLA recompute index chains (~2× slower)
+and compile depth copies of the step. Splits compare one column of the widened features
+(:mod:`.splits`), which folds in the NaN direction.
 
 Exactness: decisions compare the source's precision. scikit-learn's ``tree_`` compares
 ``float32(x) <= t`` (t float64), which equals ``float32(x) <= t32`` with ``t32`` the largest
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -30,6 +37,7 @@ from ..context import Context
 from ..errors import UnsupportedError
 from .cost import costs
 from .model import Ensemble, float32_floor
+from .splits import split_columns
 
 STRATEGIES = ("auto", "gemm", "traversal", "perfect", "bitvector", "hybrid")
 
@@ -38,7 +46,8 @@ GEMM_AUTO_ENTRIES = 1 << 16
 #: explicit requests beyond these sizes are refused (the tables would not fit sensibly).
 GEMM_MAX_ENTRIES = 1 << 24
 PERFECT_MAX_LEAVES = 1 << 22
-BITVECTOR_MAX_TERMS = 1 << 16
+#: bit-vectors: leaves per tree (one mask word; more words made XLA's compile time explode).
+BITVECTOR_MAX_LEAVES = 32
 
 
 @dataclass(frozen=True)
@@ -74,12 +83,33 @@ def _root_values(ensemble: Ensemble) -> np.ndarray:
     return np.sum([t.value[0] for t in ensemble.trees], axis=0)
 
 
+def _stack_outputs(columns: list[lz.LazyTensor]) -> lz.LazyTensor:
+    """(B,) per output → (B, K)."""
+    columns = [lz.reshape(c, (lz.B, 1)) for c in columns]
+    return columns[0] if len(columns) == 1 else lz.concat(columns, axis=1)
+
+
+def _leaf_sum(value: np.ndarray, node: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
+    """(B, K): the sum over trees of ``value[node]`` for (B, T) node ids, one output at a time.
+
+    A (B, T, K) gather and a sum over T leave K as the innermost axis, which XLA:CPU does not
+    vectorize (10× slower for K = 2); one (B, T) gather and sum per output vectorize over T.
+    """
+    return _stack_outputs(
+        [
+            lz.sum(lz.take(ctx.param(value[:, k], f"leaf_value_{k}"), node, axis=0), axis=1)
+            for k in range(value.shape[1])
+        ]
+    )
+
+
 # --- traversal ----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class _Linked:
-    """All trees' nodes in one breadth-first numbering with adjacent children."""
+    """All trees' nodes in one level-major numbering with adjacent children: the roots are
+    ``0..T-1``, then every tree's level-1 nodes, and so on; a leaf is its own left child."""
 
     roots: np.ndarray  # (T,) the root's id
     feature: np.ndarray  # (N,)
@@ -90,33 +120,47 @@ class _Linked:
 
 
 def _linked(ensemble: Ensemble) -> _Linked:
+    # Level-major rather than tree by tree: a loop step of the walk (every tree at one level)
+    # then reads one contiguous band of the tables instead of a node in each tree's block.
     n = ensemble.n_nodes
     feature = np.zeros(n, np.int64)
     threshold = np.full(n, np.inf)
     nan_right = np.zeros(n, bool)
     left = np.zeros(n, np.int64)
     value = np.zeros((n, ensemble.n_outputs))
-    roots = []
-    base = 0
-    for tree in ensemble.trees:
-        ids = np.empty(tree.n_nodes, np.int64)
-        ids[0], nxt, queue = base, base + 1, [0]
-        roots.append(base)
-        for node in queue:  # breadth-first: the list grows while we walk it
-            i = ids[node]
+    level = [(tree, 0) for tree in ensemble.trees]  # (tree, source node) in id order
+    first = 0  # the id of level[0]
+    while level:
+        following = []
+        nxt = first + len(level)  # the next level's ids follow in the order of `following`
+        for i, (tree, node) in enumerate(level, start=first):
             if tree.is_leaf[node]:
                 left[i] = i
                 value[i] = tree.value[node]
                 continue
-            ids[tree.left[node]], ids[tree.right[node]] = nxt, nxt + 1
             left[i] = nxt
             nxt += 2
             feature[i] = tree.feature[node]
             threshold[i] = tree.threshold[node]
             nan_right[i] = not tree.missing_left[node]
-            queue += [int(tree.left[node]), int(tree.right[node])]
-        base += tree.n_nodes
-    return _Linked(np.asarray(roots), feature, threshold, nan_right, left, value)
+            following += [(tree, int(tree.left[node])), (tree, int(tree.right[node]))]
+        first += len(level)
+        level = following
+    roots = np.arange(len(ensemble.trees))
+    return _Linked(roots, feature, threshold, nan_right, left, value)
+
+
+def _step(
+    i: lz.LazyTensor,
+    node: lz.LazyTensor,
+    x: lz.LazyTensor,
+    column: lz.LazyTensor,
+    threshold: lz.LazyTensor,
+    left: lz.LazyTensor,
+) -> lz.LazyTensor:
+    """One level for every (row, tree): (B, T) node ids to their children's."""
+    v = lz.take_along(x, lz.take(column, node, axis=0), axis=1)
+    return lz.take(left, node, axis=0) + lz.cast(v > lz.take(threshold, node, axis=0), "int32")
 
 
 def traversal(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
@@ -127,27 +171,23 @@ def traversal(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTens
         from .categorical import categorical_traversal  # it builds on this module's helpers
 
         return categorical_traversal(ensemble, x, ctx)
-    dec = _decision(ensemble, x, ctx)
+    cols = split_columns(ensemble, x, ctx)
     g = _linked(ensemble)
-    any_nan_right = bool(g.nan_right.any())
-    feature = ctx.param(g.feature, "feature")
-    threshold = ctx.param(dec.thresholds(g.threshold), "threshold", dtype=dec.dtype)
-    nan_right = ctx.param(g.nan_right, "nan_right", dtype="bool") if any_nan_right else None
-    left = ctx.param(g.left, "left")
+    column, threshold = cols.encode(g.feature, g.threshold, g.nan_right)
 
     # Level 0: every row is at the roots, so the root's split is a column gather, not per row.
     r = g.roots
-    v = lz.take(dec.x, ctx.param(g.feature[r], "root_feature"), axis=1)
-    t = ctx.param(dec.thresholds(g.threshold[r]), "root_threshold", dtype=dec.dtype)
-    nr = ctx.param(g.nan_right[r], "root_nan_right", dtype="bool") if any_nan_right else None
-    node = ctx.param(g.left[r], "root_left") + lz.cast(_go_right(v, t, nr), "int32")
-    for _ in range(depth - 1):
-        v = lz.take_along(dec.x, lz.take(feature, node, axis=0), axis=1)
-        nr = lz.take(nan_right, node, axis=0) if nan_right is not None else None
-        go_right = _go_right(v, lz.take(threshold, node, axis=0), nr)
-        node = lz.take(left, node, axis=0) + lz.cast(go_right, "int32")
-    leaves = lz.take(ctx.param(g.value, "leaf_value"), node, axis=0)  # (B, T, K)
-    return lz.sum(leaves, axis=1)
+    v = lz.take(cols.x, ctx.param(column[r], "root_feature"), axis=1)
+    t = ctx.param(threshold[r], "root_threshold", dtype=cols.dtype)
+    node = ctx.param(g.left[r], "root_left") + lz.cast(v > t, "int32")  # (B, T)
+    if depth > 1:
+        tables = (
+            ctx.param(column, "feature"),
+            ctx.param(threshold, "threshold", dtype=cols.dtype),
+            ctx.param(g.left, "left"),
+        )
+        node = lz.fori_loop(depth - 1, _step, node, cols.x, *tables)
+    return _leaf_sum(g.value, node, ctx)
 
 
 # --- perfect-tree traversal ---------------------------------------------------------------------
@@ -155,20 +195,23 @@ def traversal(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTens
 
 @dataclass(frozen=True)
 class _Perfect:
-    """Per level l, (T, 2**l) split tables flattened tree-major; (T * 2**D, K) leaf values."""
+    """Trees padded to depth D, numbered level-major: node (level l, tree t, position p) is
+    ``T * (2**l - 1) + t * 2**l + p``, so its children are ``2 * node + T + {0, 1}``. Split
+    tables (T * (2**D - 1),); leaf values (T * 2**D, K) at ``t * 2**D + p``."""
 
-    feature: list[np.ndarray]
-    threshold: list[np.ndarray]
-    nan_right: list[np.ndarray]
+    feature: np.ndarray
+    threshold: np.ndarray
+    nan_right: np.ndarray
     value: np.ndarray
 
 
 def _perfect_tables(ensemble: Ensemble) -> _Perfect:
     depth, n_trees, k = ensemble.max_depth, len(ensemble.trees), ensemble.n_outputs
-    feature = [np.zeros((n_trees, 1 << lvl), np.int64) for lvl in range(depth)]
-    threshold = [np.full((n_trees, 1 << lvl), np.inf) for lvl in range(depth)]
-    nan_right = [np.zeros((n_trees, 1 << lvl), bool) for lvl in range(depth)]
-    value = np.zeros((n_trees, 1 << depth, k))
+    n_splits = n_trees * ((1 << depth) - 1)
+    feature = np.zeros(n_splits, np.int64)
+    threshold = np.full(n_splits, np.inf)
+    nan_right = np.zeros(n_splits, bool)
+    value = np.zeros((n_trees << depth, k))
     for ti, tree in enumerate(ensemble.trees):
         stack = [(0, 0, 0)]  # (node, level, position)
         while stack:
@@ -176,54 +219,51 @@ def _perfect_tables(ensemble: Ensemble) -> _Perfect:
             if tree.is_leaf[node]:
                 # A shallow leaf passes always-left splits (+inf, NaN left) down to the last
                 # level, where it lands on its leftmost descendant.
-                value[ti, pos << (depth - lvl)] = tree.value[node]
+                value[(ti << depth) + (pos << (depth - lvl))] = tree.value[node]
                 continue
-            feature[lvl][ti, pos] = tree.feature[node]
-            threshold[lvl][ti, pos] = tree.threshold[node]
-            nan_right[lvl][ti, pos] = not tree.missing_left[node]
+            i = n_trees * ((1 << lvl) - 1) + (ti << lvl) + pos
+            feature[i] = tree.feature[node]
+            threshold[i] = tree.threshold[node]
+            nan_right[i] = not tree.missing_left[node]
             stack += [
                 (int(tree.left[node]), lvl + 1, 2 * pos),
                 (int(tree.right[node]), lvl + 1, 2 * pos + 1),
             ]
-    return _Perfect(
-        [f.ravel() for f in feature],
-        [t.ravel() for t in threshold],
-        [m.ravel() for m in nan_right],
-        value.reshape(-1, k),
-    )
+    return _Perfect(feature, threshold, nan_right, value)
+
+
+def _perfect_step(
+    n_trees: int,
+    i: lz.LazyTensor,
+    node: lz.LazyTensor,
+    x: lz.LazyTensor,
+    column: lz.LazyTensor,
+    threshold: lz.LazyTensor,
+) -> lz.LazyTensor:
+    """One level for every (row, tree) of the level-major numbering: no child table."""
+    v = lz.take_along(x, lz.take(column, node, axis=0), axis=1)
+    go_right = lz.cast(v > lz.take(threshold, node, axis=0), "int32")
+    return node * 2 + n_trees + go_right
 
 
 def perfect(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
     depth, n_trees = ensemble.max_depth, len(ensemble.trees)
     if depth == 0:
         return _constant(_root_values(ensemble), x, ctx)
-    dec = _decision(ensemble, x, ctx)
+    cols = split_columns(ensemble, x, ctx)
     p = _perfect_tables(ensemble)
-    any_nan_right = any(m.any() for m in p.nan_right)
-    trees = np.arange(n_trees, dtype=np.int64)
-
-    def level(lvl: int, pos: lz.LazyTensor | None) -> lz.LazyTensor:
-        t = dec.thresholds(p.threshold[lvl])
-        nr = p.nan_right[lvl] if any_nan_right else None
-        if pos is None:  # level 0: one node per tree, a column gather
-            v = lz.take(dec.x, ctx.param(p.feature[0], "feature_0"), axis=1)
-            right = _go_right(
-                v,
-                ctx.param(t, "threshold_0", dtype=dec.dtype),
-                None if nr is None else ctx.param(nr, "nan_right_0", dtype="bool"),
-            )
-            return lz.cast(right, "int32")
-        idx = pos + ctx.param(trees << lvl, f"offset_{lvl}")
-        v = lz.take_along(dec.x, lz.take(ctx.param(p.feature[lvl], f"feature_{lvl}"), idx), axis=1)
-        thr = lz.take(ctx.param(t, f"threshold_{lvl}", dtype=dec.dtype), idx)
-        nan = None if nr is None else lz.take(ctx.param(nr, f"nan_right_{lvl}", dtype="bool"), idx)
-        return pos * 2 + lz.cast(_go_right(v, thr, nan), "int32")
-
-    pos = level(0, None)
-    for lvl in range(1, depth):
-        pos = level(lvl, pos)
-    idx = pos + ctx.param(trees << depth, f"offset_{depth}")
-    return lz.sum(lz.take(ctx.param(p.value, "leaf_value"), idx, axis=0), axis=1)
+    column, threshold = cols.encode(p.feature, p.threshold, p.nan_right)
+    # Level 0 (the first T nodes): a column gather; its children start the loop.
+    v = lz.take(cols.x, ctx.param(column[:n_trees], "root_feature"), axis=1)
+    t = ctx.param(threshold[:n_trees], "root_threshold", dtype=cols.dtype)
+    first = np.arange(n_trees) * 2 + n_trees
+    node = ctx.param(first, "root_children") + lz.cast(v > t, "int32")  # (B, T)
+    if depth > 1:
+        step = partial(_perfect_step, n_trees)
+        tables = (ctx.param(column, "feature"), ctx.param(threshold, "threshold", dtype=cols.dtype))
+        node = lz.fori_loop(depth - 1, step, node, cols.x, *tables)
+    leaf = node - n_trees * ((1 << depth) - 1)
+    return _leaf_sum(p.value, leaf, ctx)
 
 
 # --- GEMM ---------------------------------------------------------------------------------------
@@ -327,12 +367,11 @@ def choose(ensemble: Ensemble, requested: str) -> str:
         return "traversal"
     n_trees, n_splits, n_leaves = _gemm_shape(ensemble)
     entries = n_trees * n_splits * n_leaves
-    terms = n_trees * n_splits * -(-n_leaves // 32)  # per row: mask words ANDed
     if requested == "auto":
         estimates = costs(ensemble)
         if entries > GEMM_AUTO_ENTRIES:
             estimates.pop("gemm")
-        if terms > BITVECTOR_MAX_TERMS:
+        if n_leaves > BITVECTOR_MAX_LEAVES:
             estimates.pop("bitvector", None)
         return min(estimates, key=estimates.__getitem__)
     if requested not in IMPLEMENTED:
@@ -344,11 +383,11 @@ def choose(ensemble: Ensemble, requested: str) -> str:
             f"tree_strategy='gemm' needs {entries} path-matrix entries (limit {GEMM_MAX_ENTRIES}); "
             "use 'traversal'"
         )
-    if requested == "bitvector" and terms > BITVECTOR_MAX_TERMS:
+    if requested == "bitvector" and n_leaves > BITVECTOR_MAX_LEAVES:
         raise UnsupportedError(
-            f"tree_strategy='bitvector' ANDs {terms} mask words per row ({n_trees} trees × "
-            f"{n_splits} splits × {-(-n_leaves // 32)} words; limit {BITVECTOR_MAX_TERMS}); "
-            "use 'traversal' or 'hybrid'"
+            f"tree_strategy='bitvector' evaluates trees of up to {BITVECTOR_MAX_LEAVES} leaves "
+            f"(one mask word), this ensemble has trees of {n_leaves}; use 'hybrid' (bit-vectors "
+            "for the top 5 levels) or 'traversal'"
         )
     if requested == "perfect" and len(ensemble.trees) << ensemble.max_depth > PERFECT_MAX_LEAVES:
         raise UnsupportedError(
@@ -364,6 +403,6 @@ def leaf_sum(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTenso
     name = choose(ensemble, ctx.options.tree_strategy)
     ctx.note(
         f"trees: {name} ({len(ensemble.trees)} trees, depth {ensemble.max_depth}, "
-        f"{ensemble.n_nodes} nodes)"
+        f"{ensemble.n_nodes} nodes, up to {ensemble.max_leaves} leaves per tree)"
     )
     return IMPLEMENTED[name](ensemble, x, ctx)

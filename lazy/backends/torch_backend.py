@@ -101,6 +101,13 @@ def _take(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
     return flat.reshape(low.shape(n))
 
 
+def _update(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
+    x, idx, value = a
+    out = x.clone()  # values are immutable: a loop's carry is copied once per iteration
+    out.select(n.attr("axis") % x.ndim, int(idx)).copy_(value)
+    return out
+
+
 def _slice(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
     x = a[0]
     axis = n.attr("axis") % x.ndim
@@ -209,6 +216,7 @@ RULES: dict[Op, Rule] = {
     Op.TAKE_ALONG: _signed_bits(
         lambda n, a, low: torch.take_along_dim(a[0], a[1].to(torch.int64), dim=n.attr("axis"))
     ),
+    Op.UPDATE: _signed_bits(_update),
     Op.SUM: _signed_bits(_sum),
     Op.MAX: _signed_order(_reduce(torch.amax), values=True),
     Op.MIN: _signed_order(_reduce(torch.amin), values=True),

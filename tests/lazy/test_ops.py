@@ -97,6 +97,7 @@ def t() -> SimpleNamespace:
         table=b.param(np.ones((5, 3), np.float32), "table"),
         pi=b.param(np.zeros(2, np.int32), "pi"),
         s=b.param(np.float32(2.0), "s"),  # float32[]
+        zero=b.param(np.int32(0), "zero"),  # int32[]
     )
 
 
@@ -212,6 +213,8 @@ DTYPE_ERRORS = [
     ("take with float indices", Op.TAKE, lambda t: lz.take(t.table, t.x)),
     ("take with uint32 indices", Op.TAKE, lambda t: lz.take(t.table, t.u)),
     ("take_along with bool indices", Op.TAKE_ALONG, lambda t: lz.take_along(t.x, t.c, 1)),
+    ("update with a float index", Op.UPDATE, lambda t: lz.update(t.p, t.s, t.s, 0)),
+    ("update with a value of another dtype", Op.UPDATE, lambda t: lz.update(t.x, t.zero, t.i, 1)),
     ("sum of bools", Op.SUM, lambda t: lz.sum(t.c)),
     ("max of bools", Op.MAX, lambda t: lz.max(t.c)),
     ("logsumexp of ints", Op.LOGSUMEXP, lambda t: lz.logsumexp(t.i)),
@@ -257,6 +260,9 @@ SHAPES = [
     ("take_along", lambda t: lz.take_along(t.x3, lz.cast(t.x3, "int32"), axis=-1), (B, 3, 4)),
     ("take_along broadcast indices", lambda t: lz.take_along(t.x, t.pi.reshape(1, 2), 1), (B, 2)),
     ("take_along unbatched data", lambda t: lz.take_along(t.p13, t.idx, 1), (B, 2)),
+    ("update a column", lambda t: lz.update(t.x3, t.zero, t.x3[:, 0, :] * 2.0, 1), (B, 3, 4)),
+    ("update a negative axis", lambda t: lz.update(t.x3, t.zero, t.x3[:, :, 0], -1), (B, 3, 4)),
+    ("update a param", lambda t: lz.update(t.p23, t.zero, t.p, 0), (2, 3)),
     # reductions
     ("sum last", lambda t: lz.sum(t.x3), (B, 3)),
     ("sum keepdims", lambda t: lz.sum(t.x3, 1, keepdims=True), (B, 1, 4)),
@@ -308,6 +314,13 @@ SHAPE_ERRORS = [
         Op.TAKE_ALONG,
         lambda t: lz.take_along(t.p23.reshape(1, 2, 3), lz.cast(t.x3, "int32"), 2),
     ),
+    ("update with a vector index", Op.UPDATE, lambda t: lz.update(t.x, t.pi, t.x[:, 0], 1)),
+    (
+        "update with a value of the wrong shape",
+        Op.UPDATE,
+        lambda t: lz.update(t.x3, t.zero, t.x, 1),
+    ),
+    ("update of a batch by a param", Op.UPDATE, lambda t: lz.update(t.x, t.zero, t.s, 1)),
     ("reduction axis out of range", Op.SUM, lambda t: lz.sum(t.x, 2)),
     ("argmax axis out of range", Op.ARGMAX, lambda t: lz.argmax(t.x, -3)),
     ("concat of mismatched shapes", Op.CONCAT, lambda t: lz.concat([t.x3, t.x], axis=1)),
@@ -370,6 +383,7 @@ ROW_MIXING = [
     ("slice along axis -ndim", Op.SLICE, lambda t: lz.slice_axis(t.x3, -3, 1, 2)),
     ("take along axis 0 of a batch", Op.TAKE, lambda t: lz.take(t.x, t.pi, axis=0)),
     ("take_along axis 0 of a batch", Op.TAKE_ALONG, lambda t: lz.take_along(t.x, t.idx, 0)),
+    ("update of a row of a batch", Op.UPDATE, lambda t: lz.update(t.x, t.zero, t.p, 0)),
     ("matmul contracting over the batch", Op.MATMUL, lambda t: lz.matmul(t.w34, t.x)),
     ("matmul of batch by batch", Op.MATMUL, lambda t: t.x @ t.x),
     ("transpose moving axis 0", Op.TRANSPOSE, lambda t: lz.transpose(t.x3, (1, 0, 2))),

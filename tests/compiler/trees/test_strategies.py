@@ -16,6 +16,8 @@ from compiler.context import Context
 from compiler.errors import UnsupportedError
 from compiler.schema import Column, InputSchema
 from compiler.trees import Ensemble, Tree, choose, float32_floor, leaf_sum
+from compiler.trees.cost import HYBRID_TOP_LEVELS, costs
+from compiler.trees.hybrid import TOP_LEVELS
 from compiler.trees.quickscorer import bit_tables
 from compiler.trees.strategies import IMPLEMENTED
 
@@ -126,21 +128,35 @@ STRATEGIES = tuple(IMPLEMENTED)
 def test_strategy_matches_reference(strategy: str, backend: str, depth: int, f32: bool) -> None:
     ens, grid = ensemble(depth, depth, f32=f32)
     x = rows(np.random.default_rng(depth + 100), grid)
+    if strategy == "bitvector" and ens.max_leaves > 32:  # one mask word per tree only
+        with pytest.raises(UnsupportedError, match="up to 32 leaves"):
+            run(ens, x, strategy, backend, "float32")
+        return
     expected = reference(ens, x)
     got = run(ens, x, strategy, backend, "float32")
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("strategy", ["bitvector", "hybrid"])
 @pytest.mark.parametrize("backend", ["jax", "torch", "interpreter"])
-def test_bit_vectors_across_mask_words_and_the_hybrid_cut(strategy: str, backend: str) -> None:
-    # Depth 8: trees of up to 151 leaves (5 mask words); the hybrid walks 3 levels below its cut,
-    # and some leaves sit above the cut.
+def test_the_hybrid_cut_on_deep_trees(backend: str) -> None:
+    # Depth 8: trees of up to 151 leaves; the hybrid's top is 5 levels of bit-vectors (one mask
+    # word), it walks 3 levels below its cut, and some leaves sit above the cut.
     ens, grid = ensemble(8, 8)
     assert ens.max_leaves > 4 * 32
     x = rows(np.random.default_rng(108), grid)
-    got = run(ens, x, strategy, backend, "float32")
+    got = run(ens, x, "hybrid", backend, "float32")
     np.testing.assert_allclose(got, reference(ens, x), rtol=1e-5, atol=1e-5)
+    with pytest.raises(UnsupportedError, match="use 'hybrid'"):
+        choose(ens, "bitvector")
+
+
+def test_the_cost_model_knows_the_hybrid_top() -> None:
+    assert HYBRID_TOP_LEVELS == TOP_LEVELS
+    # ≤ 32 leaves: bit-vectors; a depth-5 cut: the hybrid (from depth 6); perfect: small tables
+    small, deep = ensemble(0, 4, 100)[0], ensemble(0, 9, 100)[0]
+    assert "bitvector" in costs(small) and "hybrid" not in costs(small)
+    assert "hybrid" in costs(deep) and "bitvector" not in costs(deep)
+    assert "perfect" not in costs(ensemble(0, 14, 10)[0])
 
 
 def test_bit_masks_rule_out_the_left_subtree() -> None:
@@ -190,17 +206,19 @@ def test_float32_floor() -> None:
 
 
 def test_auto_and_unsupported_strategies() -> None:
-    # The cost model's regimes (compiler/trees/cost.py): GEMM for a few shallow trees,
-    # bit-vectors for many shallow ones, the hybrid for many deep ones, traversal for a few.
+    # The cost model's regimes (compiler/trees/cost.py): bit-vectors for trees of up to 32
+    # leaves, the hybrid for many deeper trees, perfect traversal for a few while its tables
+    # stay small, traversal for a few deep ones.
     picks = {
         (n_trees, depth): choose(ensemble(0, depth, n_trees)[0], "auto")
-        for n_trees, depth in [(10, 2), (100, 3), (100, 8), (10, 8)]
+        for n_trees, depth in [(10, 2), (100, 3), (100, 8), (10, 8), (10, 14)]
     }
     assert picks == {
-        (10, 2): "gemm",
+        (10, 2): "bitvector",
         (100, 3): "bitvector",
         (100, 8): "hybrid",
-        (10, 8): "traversal",
+        (10, 8): "perfect",
+        (10, 14): "traversal",
     }
     shallow, _ = ensemble(0, 3)
     with pytest.raises(UnsupportedError, match="tree_strategy"):

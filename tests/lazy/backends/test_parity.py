@@ -702,6 +702,37 @@ def _(t: Trace):
     return {"i": lz.transpose(i, (0, 2, 1)), "c": lz.transpose(c, (0, 2, 1))}
 
 
+# updates
+
+
+@case(Op.UPDATE, "batched_column_and_unbatched_row")
+def _(t: Trace):
+    x = t.input("x", (4, 3))
+    table = t.param("table", (3, 2), "int32", _INT32)
+    return {
+        "column": lz.update(x, lz.const(np.int32(2)), x[:, 0, :] * 2.0, axis=1),
+        "last_axis": lz.update(x, lz.const(np.int64(0)), x[:, :, 1], axis=-1),
+        # outputs are batched: the updated table joins a batched value
+        "row": lz.update(table, lz.const(np.int32(1)), table[0] + 1, axis=0)
+        + lz.cast(x[:, :3, :2], "int32"),
+    }
+
+
+@case(Op.UPDATE, "filled_by_a_loop_uint32")
+def _(t: Trace):
+    # A loop writing one column per iteration, as the tree strategies collect per-tree results.
+    u = t.input("u", (5,), "uint32", high_uint32())
+
+    def body(i, acc, u):
+        return lz.update(acc, i, lz.take(u, 4 - i, axis=1) ^ acc[:, 0], axis=1)
+
+    # (and one outside the loop, where the parity check can see it)
+    return {
+        "y": lz.fori_loop(5, body, u, u),
+        "outside": lz.update(u, lz.const(np.int32(0)), u[:, 3], 1),
+    }
+
+
 # control flow
 
 
