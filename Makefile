@@ -3,7 +3,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint format docs clean distclean
+.PHONY: run test test-slow lint format docs bench bench-http clean distclean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,11 +16,16 @@ run: $(STAMP)
 	$(BIN)/kestrel serve --demo --store .kestrel/store --cache-dir .kestrel/cache
 
 # Each recipe line must succeed; pytest exit code 5 (no tests collected) fails the target.
+# Tests marked slow (minutes each: kill -9 rounds, a minute of overload) run in test-slow.
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
-	$(BIN)/pytest -n 2 -q
+	$(BIN)/pytest -n 2 -q -m "not slow"
+
+# No -n: the overload test measures latency and needs the CPUs to itself.
+test-slow: $(STAMP)
+	$(BIN)/pytest -q -m slow
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -33,6 +38,18 @@ format: $(STAMP)
 
 docs: $(STAMP)
 	$(BIN)/python -m compiler.docs > docs/operators.md
+
+# Kestrel vs scikit-learn, ONNX Runtime and Hummingbird, one thread (bench/scoring.py): installs
+# the other systems, rewrites docs/performance.md, .png and .json (about half an hour on 2 cores).
+bench: $(STAMP)
+	$(BIN)/python -m pip install -e '.[bench]'
+	$(BIN)/python bench/scoring.py --out docs/performance.json --report docs/performance.md
+
+# Kestrel vs a plain FastAPI + scikit-learn server vs hello world over HTTP (bench/load.py), with
+# wrk (Debian's package, installed when missing): rewrites docs/performance-http.md (~15 minutes).
+bench-http: $(STAMP)
+	bash .ci/install-wrk
+	$(BIN)/python bench/load.py --out bench-results/load.json --doc docs/performance-http.md
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .kestrel-cache

@@ -17,16 +17,19 @@ import hmac
 import logging
 import time
 from collections.abc import AsyncIterator
+from http import HTTPStatus
 from typing import Annotated, Any
 
 from fastapi import FastAPI, File, Form, Query, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import Response
+from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 import compiler
 import lazy as lz
-from service import artifacts, batcher, codecs, store
+from service import artifacts, batcher, codecs, fastpath, openapi, store
 from service.errors import (
     BadRequest,
     Forbidden,
@@ -37,7 +40,7 @@ from service.errors import (
     http_error_for,
 )
 from service.metrics import Metrics
-from service.middleware import ServiceMiddleware, request_id_var
+from service.middleware import ServiceMiddleware, request_id_var, route_kind
 from service.models import ModelManager, ModelOptions, State, Upload, failure_error
 from service.preload import Preloader
 from service.settings import Settings
@@ -46,6 +49,13 @@ from service.store import ModelStore
 log = logging.getLogger("kestrel.app")
 
 DEADLINE_HEADER = "x-kestrel-timeout-ms"
+# Scoring routes dispatched past FastAPI's router (see service/fastpath.py).
+SCORING_PATHS = (
+    "/models/{name}/predict",
+    "/models/{name}/versions/{version}/predict",
+    "/v2/models/{name}/infer",
+    "/v2/models/{name}/versions/{version}/infer",
+)
 # Errors of the layers below that carry a client-facing meaning (see errors.http_error_for).
 LIBRARY_ERRORS: tuple[type[Exception], ...] = (
     compiler.CompilerError,
@@ -105,6 +115,14 @@ class Auth:
         if self.scoring is not None:
             self._check(request, [t for t in (self.scoring, self.admin) if t], "scoring")
 
+    def route(self, request: Request) -> None:
+        """The check of the request's kind of route (handlers call theirs directly)."""
+        kind = route_kind(request.url.path, request.method)
+        if kind == "management":
+            self.management(request)
+        elif kind == "scoring":
+            self.scoring_route(request)
+
 
 def create_app(
     settings: Settings | None = None, registry: CollectorRegistry | None = None
@@ -160,11 +178,26 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
+        # Parameters are validated before the handler, so before its token check: check first,
+        # or a client without a token learns the route's validation rules (422, not 401).
+        try:
+            auth.route(request)
+        except ServiceError as denied:
+            _count_rejection(metrics, manager, request, denied)
+            return error_response(denied, request.url.path)
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
         )
         err = InvalidInput(f"invalid request: {problems}")
         _count_rejection(metrics, manager, request, err)
+        return error_response(err, request.url.path)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _routing_error(request: Request, exc: StarletteHTTPException) -> Response:
+        # No route (404) or no such method on it (405): the same error shape as every other.
+        err = ServiceError(str(exc.detail), headers=dict(exc.headers or {}))
+        err.status = exc.status_code
+        err.code = HTTPStatus(exc.status_code).phrase.lower().replace(" ", "_")
         return error_response(err, request.url.path)
 
     async def _library_error(request: Request, exc: Exception) -> Response:
@@ -182,11 +215,19 @@ def create_app(
         app.add_exception_handler(error_class, _library_error)
 
     # -- health and metrics ------------------------------------------------------------------
-    @app.get("/healthz", tags=["health"], summary="Liveness")
+    @app.get("/healthz", tags=["health"], summary="Liveness", responses=openapi.ok(openapi.Health))
     async def healthz() -> Response:
         return json_response({"status": "ok"})
 
-    @app.get("/readyz", tags=["health"], summary="Readiness: stored and preloaded models loaded")
+    @app.get(
+        "/readyz",
+        tags=["health"],
+        summary="Readiness: stored and preloaded models loaded",
+        responses={
+            **openapi.ok(openapi.Health),
+            503: {"model": openapi.Health, "description": "Recovering or preloading"},
+        },
+    )
     async def readyz() -> Response:
         if not manager.is_ready():
             return json_response({"status": "recovering"}, 503)
@@ -196,12 +237,27 @@ def create_app(
             return json_response({"status": "preloading", "model": preloader.name}, 503)
         return json_response({"status": "ready"})
 
-    @app.get("/metrics", tags=["health"], summary="Prometheus metrics")
+    @app.get(
+        "/metrics",
+        tags=["health"],
+        summary="Prometheus metrics",
+        response_class=PlainTextResponse,
+    )
     async def prometheus() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     # -- model management ----------------------------------------------------------------------
-    @app.post("/models", tags=["models"], status_code=202, summary="Register a model version")
+    @app.post(
+        "/models",
+        tags=["models"],
+        status_code=202,
+        summary="Register a model version",
+        responses={
+            201: {"model": openapi.VersionDescription, "description": "READY (with ?wait=true)"},
+            202: {"model": openapi.VersionDescription, "description": "Accepted: poll Location"},
+            **openapi.errors(400, *openapi.AUTH, 409, 413, 422),
+        },
+    )
     async def register_model(
         request: Request,
         file: Annotated[UploadFile, File(description="the model artifact")],
@@ -242,7 +298,12 @@ def create_app(
                 return json_response(mv.describe(), 201, {"Location": location})
         return json_response(mv.describe(), 202, {"Location": location})
 
-    @app.get("/models", tags=["models"], summary="List models")
+    @app.get(
+        "/models",
+        tags=["models"],
+        summary="List models",
+        responses={**openapi.ok(openapi.ModelList), **openapi.errors(*openapi.AUTH)},
+    )
     async def list_models(request: Request) -> Response:
         auth.management(request)
         out = []
@@ -260,7 +321,12 @@ def create_app(
             )
         return json_response({"models": out})
 
-    @app.get("/models/{name}", tags=["models"], summary="Describe a model")
+    @app.get(
+        "/models/{name}",
+        tags=["models"],
+        summary="Describe a model",
+        responses={**openapi.ok(openapi.ModelDescription), **openapi.errors(*openapi.AUTH, 404)},
+    )
     async def describe_model(request: Request, name: str) -> Response:
         auth.management(request)
         current = manager.current(name)
@@ -272,18 +338,35 @@ def create_app(
             }
         )
 
-    @app.get("/models/{name}/versions/{version}", tags=["models"], summary="Describe a version")
+    @app.get(
+        "/models/{name}/versions/{version}",
+        tags=["models"],
+        summary="Describe a version",
+        responses={**openapi.ok(openapi.VersionDescription), **openapi.errors(*openapi.AUTH, 404)},
+    )
     async def describe_version(request: Request, name: str, version: str) -> Response:
         auth.management(request)
         return json_response(manager.lookup(name, version).describe())
 
-    @app.delete("/models/{name}", tags=["models"], summary="Delete a model and all its versions")
+    @app.delete(
+        "/models/{name}",
+        tags=["models"],
+        status_code=204,
+        summary="Delete a model and all its versions",
+        responses=openapi.errors(*openapi.AUTH, 404),
+    )
     async def delete_model(request: Request, name: str) -> Response:
         auth.management(request)
         await manager.delete(name)
         return Response(status_code=204)
 
-    @app.delete("/models/{name}/versions/{version}", tags=["models"], summary="Delete one version")
+    @app.delete(
+        "/models/{name}/versions/{version}",
+        tags=["models"],
+        status_code=204,
+        summary="Delete one version",
+        responses=openapi.errors(*openapi.AUTH, 404),
+    )
     async def delete_version(request: Request, name: str, version: str) -> Response:
         auth.management(request)
         await manager.delete(name, version)
@@ -292,17 +375,17 @@ def create_app(
     # -- scoring -------------------------------------------------------------------------------
     async def score(request: Request, name: str, version: str | None) -> Response:
         auth.scoring_route(request)
-        body = await request.body()
-        decoded = codecs.decode_predict(body, request.headers.get("content-type"))
-        outputs = decoded.outputs or codecs.parse_outputs(
-            request.query_params.get("outputs"), field="outputs"
-        )
+        body = await read_body(request)
+        content_type, timeout = _scoring_headers(request.scope)
+        decoded = codecs.decode_predict(body, content_type)
+        query = request.query_params.get("outputs") if request.scope["query_string"] else None
+        outputs = decoded.outputs or codecs.parse_outputs(query, field="outputs")
         result = await manager.predict(
             name,
             version,
             decoded.data,
             outputs=outputs,
-            deadline=deadline_from(request.headers.get(DEADLINE_HEADER), settings),
+            deadline=deadline_from(timeout, settings),
         )
         t0 = time.perf_counter()
         doc = {
@@ -312,7 +395,7 @@ def create_app(
             "outputs": {k: codecs.jsonable(v) for k, v in result.outputs.items()},
         }
         response = json_response(doc)
-        metrics.codec_seconds.labels(name, result.version.version, "encode").observe(
+        metrics.child(metrics.codec_seconds, name, result.version.version, "encode").observe(
             time.perf_counter() - t0
         )
         return response
@@ -323,20 +406,26 @@ def create_app(
         f"Optional deadline header {DEADLINE_HEADER}."
     )
 
-    @app.post("/models/{name}/predict", tags=["scoring"], summary="Score with the current version")
+    scoring_doc: dict[str, Any] = {
+        "tags": ["scoring"],
+        "description": predict_doc,
+        "responses": {**openapi.ok(openapi.Prediction), **openapi.errors(*openapi.SCORING)},
+        "openapi_extra": openapi.PREDICT_EXTRA,
+    }
+
+    @app.post("/models/{name}/predict", summary="Score with the current version", **scoring_doc)
     async def predict_current(request: Request, name: str) -> Response:
         return await score(request, name, None)
 
     @app.post(
         "/models/{name}/versions/{version}/predict",
-        tags=["scoring"],
         summary="Score with a given version",
-        description=predict_doc,
+        **scoring_doc,
     )
     async def predict_version(request: Request, name: str, version: str) -> Response:
         return await score(request, name, version)
 
-    @app.post("/predict", tags=["scoring"], summary="Score (model named by ?model=)")
+    @app.post("/predict", summary="Score (model named by ?model=)", **scoring_doc)
     async def predict(
         request: Request,
         model: Annotated[str, Query(description="model name")],
@@ -347,6 +436,8 @@ def create_app(
     from service.v2 import add_v2_routes
 
     add_v2_routes(app, manager, auth, settings)
+    fastpath.install(app, SCORING_PATHS)
+    openapi.install(app)
 
     def limit_for(path: str, method: str) -> int:
         if method == "POST" and path.rstrip("/") in ("/models", "/v2/repository/models"):
@@ -357,9 +448,46 @@ def create_app(
         return name if name is not None and manager.knows(name) else "_none"
 
     app.add_middleware(
-        ServiceMiddleware, metrics=metrics, limit_for=limit_for, model_label=model_label
+        ServiceMiddleware,
+        metrics=metrics,
+        limit_for=limit_for,
+        model_label=model_label,
+        max_scoring_in_flight=settings.max_in_flight,
     )
     return app
+
+
+async def read_body(request: Request) -> bytes:
+    """The whole request body, as ``request.body()`` reads it, without its async generator
+    (a scoring request's largest fixed cost after the model)."""
+    chunks = []
+    receive = request.receive
+    while True:
+        message = await receive()
+        if message["type"] == "http.request":
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                request._body = body  # what request.body() caches: a later call returns it too
+                return body
+        elif message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+
+
+_CONTENT_TYPE = b"content-type"
+_DEADLINE = DEADLINE_HEADER.encode()
+
+
+def _scoring_headers(scope: Any) -> tuple[str | None, str | None]:
+    """The first Content-Type and deadline header values, in one pass over the raw headers."""
+    content_type = timeout = None
+    for key, value in scope["headers"]:
+        if key == _CONTENT_TYPE:
+            if content_type is None:
+                content_type = value.decode("latin-1")
+        elif key == _DEADLINE and timeout is None:
+            timeout = value.decode("latin-1")
+    return content_type, timeout
 
 
 def deadline_from(header: str | None, settings: Settings) -> float | None:

@@ -97,6 +97,9 @@ def _decode_json(body: bytes) -> DecodedRequest:
                 f"{key!r}[{i}] is a {type(row).__name__}; every row must be a {first.__name__}"
             )
     if first is list:
+        matrix = _float_matrix(data)
+        if matrix is not None:
+            return DecodedRequest(matrix, len(data), outputs)
         widths = {len(r) for r in data}
         if len(widths) > 1:
             bad = next(i for i, r in enumerate(data) if len(r) != len(data[0]))
@@ -105,6 +108,21 @@ def _decode_json(body: bytes) -> DecodedRequest:
             )
         _reject_nested(data, key)
     return DecodedRequest(data, len(data), outputs)
+
+
+def _float_matrix(rows: list[list[Any]]) -> np.ndarray | None:
+    """Rows of numbers with at least one float as a float64 matrix, in one C conversion.
+
+    The common body (numeric features) skips the per-value Python checks and the per-column
+    conversion of the schema; anything else (strings, nulls, integers only, ragged or nested rows)
+    returns None and takes the general path, which names the offending value. A float64 matrix is
+    what that path would build for such rows too, so the model sees the same numbers.
+    """
+    try:
+        matrix = np.array(rows)
+    except (ValueError, TypeError):
+        return None
+    return matrix if matrix.ndim == 2 and matrix.dtype == np.float64 else None
 
 
 def _reject_nested(rows: list[list[Any]], key: str) -> None:
@@ -179,7 +197,10 @@ def parse_outputs(value: Any, *, field: str) -> tuple[str, ...] | None:
         return None
     if isinstance(value, str):
         names = [v.strip() for v in value.split(",") if v.strip()]
-    elif isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
+    # A JSON list first: the same answer as the Sequence check, without its ABC lookup.
+    elif (type(value) is list or isinstance(value, Sequence)) and all(
+        isinstance(v, str) for v in value
+    ):
         names = list(value)
     else:
         raise BadRequest(f"{field!r} must be a list of output names")

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 import lazy as lz
@@ -42,6 +44,7 @@ LOAD_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 600)
 
 REJECTION_REASONS = (
     "queue_full",
+    "overloaded",
     "deadline",
     "not_ready",
     "not_found",
@@ -154,6 +157,30 @@ class Metrics:
         # A caller passing prometheus_client's default registry already has this collector.
         with contextlib.suppress(ValueError):
             ProcessCollector(registry=r)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
+    def child(self, family: MetricWrapperBase, *labels: str) -> Any:
+        """``family.labels(*labels)``, looked up once: prometheus_client validates the values and
+        takes a lock on every ``labels()`` call (a few µs), and the scoring path needs several
+        children per request. Labels are bounded, so is this cache."""
+        key = (id(family), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = family.labels(*labels)
+        return child
+
+    def request_children(self, model: str, route: str, status: int) -> tuple[Any, Any]:
+        """The ``requests`` and ``request_seconds`` children of one answered request, in one
+        lookup (the middleware needs both on every request)."""
+        key = (model, route, status)
+        pair = self._request_children.get(key)
+        if pair is None:
+            pair = self._request_children[key] = (
+                self.requests.labels(model, route, str(status)),
+                self.request_seconds.labels(model, route),
+            )
+        return pair
 
     def observe_model_gone(self, model: str, version: str, state: str, fmt: str) -> None:
         with contextlib.suppress(KeyError):

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import compiler
 import lazy as lz
-from service import artifacts, parity
+from service import artifacts, gcpolicy, parity
 from service.batcher import Batcher, BatchInfo
 from service.errors import BadRequest, Conflict, ModelRejected, NotFound, NotReady, http_error_for
 from service.metrics import Metrics
@@ -229,7 +229,8 @@ class ModelManager:
                 feed, rows = await asyncio.to_thread(model.encode, data)
             else:
                 feed, rows = model.encode(data)
-            self.metrics.codec_seconds.labels(name, mv.version, "decode").observe(
+            metrics = self.metrics
+            metrics.child(metrics.codec_seconds, name, mv.version, "decode").observe(
                 time.perf_counter() - t0
             )
             try:
@@ -245,7 +246,7 @@ class ModelManager:
                 raise
             t0 = time.perf_counter()
             decoded = model.decode({k: raw[k] for k in wanted})
-            self.metrics.codec_seconds.labels(name, mv.version, "encode").observe(
+            metrics.child(metrics.codec_seconds, name, mv.version, "encode").observe(
                 time.perf_counter() - t0
             )
             return Prediction(mv, decoded, rows)
@@ -434,16 +435,17 @@ class ModelManager:
             if info.error is not None:  # its waiters get the error; nothing was computed
                 m.rejections.labels(name, "failed_batch").inc(info.requests)
                 return
-            m.compute_seconds.labels(name, version).observe(info.compute_s)
-            m.batch_rows.labels(name, version).observe(info.rows)
-            m.rows.labels(name, version).inc(info.rows)
+            m.child(m.compute_seconds, name, version).observe(info.compute_s)
+            m.child(m.batch_rows, name, version).observe(info.rows)
+            m.child(m.rows, name, version).inc(info.rows)
             padded = sum(
                 buckets.sizes[buckets.index(stop - start)] - (stop - start)
                 for start, stop in buckets.chunks(info.rows)
             )
-            m.padded_rows.labels(name, version).inc(padded)
+            m.child(m.padded_rows, name, version).inc(padded)
+            queue_seconds = m.child(m.queue_seconds, name, version)
             for q in info.queue_s:
-                m.queue_seconds.labels(name, version).observe(q)
+                queue_seconds.observe(q)
 
         mv.batcher = Batcher(
             mv.model.run_encoded,
@@ -454,6 +456,7 @@ class ModelManager:
             on_batch=on_batch,
         )
         mv.batcher.start()
+        gcpolicy.settle()
         mv.state = State.READY
         self._current[mv.name] = mv.version
         self.metrics.model_loads.labels("ready").inc()
@@ -472,14 +475,19 @@ class ModelManager:
 
     async def _retire(self, mv: ModelVersion) -> None:
         """Stop serving an old version: finish what it queued, then free it (RETIRED)."""
-        batcher, state = mv.batcher, mv.state
+        # Detach everything first: while the old batcher drains, a delete of the newer version
+        # may bring this one back (``_activate`` gives it a new batcher and executor), and those
+        # must survive this retirement.
+        batcher, executor, state = mv.batcher, mv.executor, mv.state
         if state is State.READY:
             mv.state = State.RETIRED
-        mv.batcher, mv.model = None, None
+        mv.batcher, mv.model, mv.executor = None, None, None
         if batcher is not None:
             await batcher.close(drain=True)
-        self._stop_executor(mv)
-        self.metrics.observe_model_gone(mv.name, mv.version, state.value, mv.format)
+        if executor is not None:
+            executor.shutdown(wait=False)
+        if mv.state is not State.READY:  # not brought back meanwhile
+            self.metrics.observe_model_gone(mv.name, mv.version, state.value, mv.format)
 
     def _stop_executor(self, mv: ModelVersion) -> None:
         if mv.executor is not None:

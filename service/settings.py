@@ -54,6 +54,12 @@ class Settings(BaseSettings):
     # -- models and batching -------------------------------------------------------------------
     max_batch: int = Field(1024, ge=1, le=1 << 20, description="default top bucket per model")
     max_queue_rows: int = Field(65536, ge=1, description="rows queued per model before 429")
+    max_in_flight: int | None = Field(
+        64,
+        ge=1,
+        description="scoring requests in progress per process before 429, refused before their "
+        "body is read (load shedding; empty: no limit)",
+    )
     batch_wait_ms: float = Field(0.0, ge=0, description="extra wait for a batch to fill")
     request_timeout_s: float | None = Field(
         None, gt=0, description="default per-request deadline (a request may set a shorter one)"
@@ -77,7 +83,7 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
-    @field_validator("cache_dir", "preload", "preload_name", mode="before")
+    @field_validator("cache_dir", "preload", "preload_name", "max_in_flight", mode="before")
     @classmethod
     def _empty_disables(cls, value: object) -> object:
         return None if value in ("", None) else value

@@ -10,6 +10,7 @@ loaded versions; the store is changed only by the management API.
 
 from __future__ import annotations
 
+import math
 import struct
 import time
 from typing import Any
@@ -18,13 +19,14 @@ import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from service import codecs
+from service import codecs, openapi
 from service.errors import BadRequest, InvalidInput, NotFound
 from service.models import ModelManager, ModelVersion, State
 from service.parity import side_by_side
 from service.settings import Settings
 
 HEADER_LENGTH = "inference-header-content-length"
+EMPTY_BATCH = "the input tensors hold an empty batch: send at least one row"
 
 # OIP datatype ↔ numpy dtype (BYTES is variable-length: handled apart).
 _DTYPES: dict[str, np.dtype[Any]] = {
@@ -63,7 +65,7 @@ def _tensor(spec: dict[str, Any], binary: bytes | None) -> np.ndarray:
         raise BadRequest(f"input {name!r}: 'shape' must be a list of non-negative integers")
     if datatype != "BYTES" and datatype not in _DTYPES:
         raise BadRequest(f"input {name!r}: unknown datatype {datatype!r}")
-    count = int(np.prod(shape)) if shape else 1
+    count = math.prod(shape)  # Python ints: a hostile shape cannot overflow int64
     if binary is not None:
         if datatype == "BYTES":
             values = _unpack_bytes(binary, name)
@@ -86,7 +88,7 @@ def _tensor(spec: dict[str, Any], binary: bytes | None) -> np.ndarray:
         else:
             try:
                 array = flat.astype(_DTYPES[datatype])
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):  # e.g. 2**70 as INT64
                 raise BadRequest(f"input {name!r}: 'data' is not all {datatype}") from None
     if array.size != count:
         raise BadRequest(f"input {name!r}: {array.size} values for shape {shape}")
@@ -135,6 +137,8 @@ def rows_from_inputs(inputs: dict[str, np.ndarray], mv: ModelVersion) -> Any:
             and array.shape[1] == len(names)
             and not (len(names) == 1 and next(iter(inputs)) == names[0])
         ):
+            if not len(array):
+                raise BadRequest(EMPTY_BATCH)
             return array
     missing = [n for n in names if n not in inputs]
     if missing:
@@ -156,6 +160,8 @@ def rows_from_inputs(inputs: dict[str, np.ndarray], mv: ModelVersion) -> Any:
         lengths.add(len(a))
     if len(lengths) > 1:
         raise InvalidInput(f"column inputs have different lengths: {sorted(lengths)}")
+    if lengths == {0}:
+        raise BadRequest(EMPTY_BATCH)
     return columns
 
 
@@ -173,6 +179,8 @@ def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], 
         doc, tail = codecs.parse_json(body[:n]), body[n:]
     if not isinstance(doc, dict):
         raise BadRequest("the inference request must be a JSON object")
+    if doc.get("id") is not None and not isinstance(doc["id"], str):  # echoed in the response
+        raise BadRequest(f"'id' must be a string, got {type(doc['id']).__name__}")
     return doc, tail
 
 
@@ -185,7 +193,7 @@ def parse_inputs(doc: dict[str, Any], tail: bytes) -> dict[str, np.ndarray]:
     for spec in specs:
         if not isinstance(spec, dict):
             raise BadRequest("each input must be an object")
-        size = (spec.get("parameters") or {}).get("binary_data_size")
+        size = _object(spec, "parameters", f"input {spec.get('name')!r}").get("binary_data_size")
         binary = None
         if size is not None:
             if not isinstance(size, int) or size < 0 or offset + size > len(tail):
@@ -200,11 +208,21 @@ def parse_inputs(doc: dict[str, Any], tail: bytes) -> dict[str, np.ndarray]:
     return inputs
 
 
+def _object(holder: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    """``holder[key]`` when it is a JSON object ({} when absent or null), else a 400."""
+    value = holder.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise BadRequest(f"{where}: {key!r} must be an object, got {type(value).__name__}")
+    return value
+
+
 def parse_deadline(doc: dict[str, Any]) -> float | None:
-    timeout = (doc.get("parameters") or {}).get("timeout")
+    timeout = _object(doc, "parameters", "the request").get("timeout")
     if timeout is None:
         return None
-    if not isinstance(timeout, (int, float)) or timeout <= 0:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise BadRequest("'parameters.timeout' must be a positive number of microseconds")
     return time.monotonic() + timeout / 1e6
 
@@ -213,7 +231,7 @@ def _outputs_requested(
     doc: dict[str, Any], mv: ModelVersion
 ) -> tuple[tuple[str, ...], set[str], bool]:
     assert mv.model is not None
-    params = doc.get("parameters") or {}
+    params = _object(doc, "parameters", "the request")
     binary_all = bool(params.get("binary_data_output", False))
     requested = doc.get("outputs")
     if requested is None:
@@ -225,7 +243,7 @@ def _outputs_requested(
         if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
             raise BadRequest("each requested output needs a 'name'")
         names.append(spec["name"])
-        if (spec.get("parameters") or {}).get("binary_data", binary_all):
+        if _object(spec, "parameters", f"output {spec['name']!r}").get("binary_data", binary_all):
             binary.add(spec["name"])
     return tuple(names), binary, binary_all
 
@@ -300,9 +318,11 @@ def metadata(mv: ModelVersion, versions: list[str]) -> dict[str, Any]:
 
 
 def add_v2_routes(app: FastAPI, manager: ModelManager, auth: Any, settings: Settings) -> None:
-    from service.app import json_response
+    from service.app import json_response, read_body
 
-    @app.get("/v2", tags=["v2"], summary="Server metadata")
+    @app.get(
+        "/v2", tags=["v2"], summary="Server metadata", responses=openapi.ok(openapi.ServerMetadata)
+    )
     async def server_metadata() -> Response:
         return json_response(
             {
@@ -312,11 +332,21 @@ def add_v2_routes(app: FastAPI, manager: ModelManager, auth: Any, settings: Sett
             }
         )
 
-    @app.get("/v2/health/live", tags=["v2"], summary="Server live")
+    @app.get(
+        "/v2/health/live", tags=["v2"], summary="Server live", responses=openapi.ok(openapi.Live)
+    )
     async def live() -> Response:
         return json_response({"live": True})
 
-    @app.get("/v2/health/ready", tags=["v2"], summary="Server ready")
+    @app.get(
+        "/v2/health/ready",
+        tags=["v2"],
+        summary="Server ready",
+        responses={
+            **openapi.ok(openapi.Ready),
+            503: {"model": openapi.Ready, "description": "Not ready"},
+        },
+    )
     async def ready(request: Request) -> Response:
         ok = request.app.state.is_ready()
         return json_response({"ready": ok}, 200 if ok else 503)
@@ -338,7 +368,7 @@ def add_v2_routes(app: FastAPI, manager: ModelManager, auth: Any, settings: Sett
 
     async def infer(request: Request, name: str, version: str | None) -> Response:
         auth.scoring_route(request)
-        body = await request.body()
+        body = await read_body(request)
         doc, tail = split_body(body, request.headers.get(HEADER_LENGTH))
         deadline = parse_deadline(doc)
         mv = manager.serving(name, version)
@@ -348,32 +378,62 @@ def add_v2_routes(app: FastAPI, manager: ModelManager, auth: Any, settings: Sett
         result = await manager.predict(name, version, rows, outputs=names, deadline=deadline)
         return render_outputs(doc, result.version, result.outputs, binary)
 
-    @app.get("/v2/models/{name}", tags=["v2"], summary="Model metadata")
+    metadata_doc: dict[str, Any] = {
+        "tags": ["v2"],
+        "responses": {
+            **openapi.ok(openapi.ModelMetadata),
+            **openapi.errors(*openapi.AUTH, 404, v2=True),
+        },
+    }
+    ready_doc: dict[str, Any] = {
+        "tags": ["v2"],
+        "responses": {
+            **openapi.ok(openapi.ModelReady, "READY"),
+            404: {"model": openapi.ModelReady, "description": "No such model or version"},
+            503: {"model": openapi.ModelReady, "description": "Not READY"},
+            **openapi.errors(*openapi.AUTH, v2=True),
+        },
+    }
+    infer_doc: dict[str, Any] = {
+        "tags": ["v2"],
+        "responses": {**openapi.INFER_OK, **openapi.errors(*openapi.V2_INFER, v2=True)},
+        "openapi_extra": openapi.INFER_EXTRA,
+    }
+
+    @app.get("/v2/models/{name}", summary="Model metadata", **metadata_doc)
     async def meta(request: Request, name: str) -> Response:
         return await model_metadata(request, name, None)
 
-    @app.get("/v2/models/{name}/versions/{version}", tags=["v2"], summary="Version metadata")
+    @app.get("/v2/models/{name}/versions/{version}", summary="Version metadata", **metadata_doc)
     async def meta_version(request: Request, name: str, version: str) -> Response:
         return await model_metadata(request, name, version)
 
-    @app.get("/v2/models/{name}/ready", tags=["v2"], summary="Model ready")
+    @app.get("/v2/models/{name}/ready", summary="Model ready", **ready_doc)
     async def is_ready(request: Request, name: str) -> Response:
         return await model_ready(request, name, None)
 
-    @app.get("/v2/models/{name}/versions/{version}/ready", tags=["v2"], summary="Version ready")
+    @app.get("/v2/models/{name}/versions/{version}/ready", summary="Version ready", **ready_doc)
     async def is_ready_version(request: Request, name: str, version: str) -> Response:
         return await model_ready(request, name, version)
 
-    @app.post("/v2/models/{name}/infer", tags=["v2"], summary="Infer")
+    @app.post("/v2/models/{name}/infer", summary="Infer", **infer_doc)
     async def infer_current(request: Request, name: str) -> Response:
         return await infer(request, name, None)
 
-    @app.post("/v2/models/{name}/versions/{version}/infer", tags=["v2"], summary="Infer (version)")
+    @app.post("/v2/models/{name}/versions/{version}/infer", summary="Infer (version)", **infer_doc)
     async def infer_version(request: Request, name: str, version: str) -> Response:
         return await infer(request, name, version)
 
     # -- model repository extension (this process's loaded versions) ---------------------------
-    @app.post("/v2/repository/index", tags=["v2"], summary="Repository index")
+    @app.post(
+        "/v2/repository/index",
+        tags=["v2"],
+        summary="Repository index",
+        responses={
+            200: {"model": list[openapi.RepositoryEntry], "description": "Loaded versions"},
+            **openapi.errors(*openapi.AUTH, v2=True),
+        },
+    )
     async def index(request: Request) -> Response:
         auth.management(request)
         entries = []
@@ -385,7 +445,15 @@ def add_v2_routes(app: FastAPI, manager: ModelManager, auth: Any, settings: Sett
                 entries.append(entry)
         return json_response(entries)
 
-    @app.post("/v2/repository/models/{name}/load", tags=["v2"], summary="Load from the store")
+    @app.post(
+        "/v2/repository/models/{name}/load",
+        tags=["v2"],
+        summary="Load from the store",
+        responses={
+            **openapi.ok(openapi.Empty, "Loaded and READY"),
+            **openapi.errors(*openapi.AUTH, 404, 422, v2=True),
+        },
+    )
     async def load(request: Request, name: str) -> Response:
         auth.management(request)
         await manager.sync(force=True)
@@ -395,7 +463,15 @@ def add_v2_routes(app: FastAPI, manager: ModelManager, auth: Any, settings: Sett
             raise InvalidInput(f"model {name!r} is {mv.state.value}: {mv.error or ''}")
         return json_response({})
 
-    @app.post("/v2/repository/models/{name}/unload", tags=["v2"], summary="Stop serving")
+    @app.post(
+        "/v2/repository/models/{name}/unload",
+        tags=["v2"],
+        summary="Stop serving",
+        responses={
+            **openapi.ok(openapi.Empty, "Unloaded"),
+            **openapi.errors(*openapi.AUTH, 404, v2=True),
+        },
+    )
     async def unload(request: Request, name: str) -> Response:
         auth.management(request)
         await manager.unload(name)

@@ -1,0 +1,200 @@
+"""Overload: a minute of offered load at three times the server's measured capacity.
+
+A real server, single-row predictions. A closed-loop ramp finds its capacity (the best rate of
+successful predictions) and an open-loop run at half of it the normal latency. The server is
+then restarted with ``KESTREL_MAX_IN_FLIGHT`` sized as an operator would, by Little's law: the
+number of requests in flight when it serves its capacity at normal latency. An open-loop
+generator in a separate process (tests/service/loadgen.py: fixed arrival rate, latency counted
+from each arrival's due time) then measures normal load, overload (three times capacity, the
+server's RSS sampled from /proc) and normal load again.
+
+The test asserts what must hold on any machine: only 200 or 429, no errors, the server alive,
+most of the excess refused, goodput kept, memory bounded. The latency figures (each a ratio
+between phases of the same run) are printed for docs/reliability.md, not asserted: they are speed
+targets, and on a shared 2-core machine the server gets a third of a core.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import skops.io as sio
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from tests.service.live import ROOT, LiveServer
+
+pytestmark = pytest.mark.slow
+
+OVERLOAD_FACTOR = 3.0
+OVERLOAD_S = 60.0
+NORMAL_FACTOR = 0.5
+NORMAL_S = 10.0
+RAMP = (1, 2, 4, 8, 16, 32)  # closed-loop connections
+CONNECTIONS = 256  # open loop: enough that arrivals rarely wait for a free connection
+RSS_GROWTH_MB = 100
+
+X = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+PATH = "/models/m/predict"
+BODY = json.dumps(X[:1].tolist())
+
+
+def _load(live: LiveServer, *args: str) -> dict[str, Any]:
+    """One run of the load generator in its own process; its JSON summary."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.service.loadgen", live.url, PATH, "--body", BODY, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _open(live: LiveServer, rate: float, seconds: float) -> dict[str, Any]:
+    args = ("--rate", f"{rate:.1f}", "--duration", str(seconds), "--connections", str(CONNECTIONS))
+    return _load(live, *args)
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process has used: how much of the machine it got."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for process {pid}")
+
+
+class RssSampler(threading.Thread):
+    """Samples a process's resident set size every ``interval_s`` until stopped."""
+
+    def __init__(self, pid: int, interval_s: float = 0.5) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.interval_s = pid, interval_s
+        self.samples: list[float] = []
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval_s):
+            self.samples.append(_rss_mb(self.pid))
+
+    def stop(self) -> list[float]:
+        self._stop_event.set()
+        self.join()
+        return self.samples
+
+
+def _p99(summary: dict[str, Any], status: str) -> float:
+    return summary["by_status"][status]["p99_ms"]
+
+
+def _count(summary: dict[str, Any], status: str) -> int:
+    return summary["by_status"].get(status, {}).get("count", 0)
+
+
+def test_three_times_capacity_for_a_minute_sheds_fast_and_keeps_admitted_latency(
+    tmp_path: Path,
+) -> None:
+    x = np.random.default_rng(1).normal(size=(200, 4)).astype(np.float32)
+    model = make_pipeline(StandardScaler(), LogisticRegression()).fit(x, x[:, 0] > 0)
+    quiet = {"KESTREL_LOG_LEVEL": "warning"}
+    live = LiveServer(tmp_path, **quiet).start()
+    try:
+        r = live.register("m", sio.dumps(model), options='{"max_batch": 64}')
+        assert r.status_code == 201, r.text
+        _load(live, "--closed", "--connections", "4", "--duration", "2")  # warm up
+        ramp = {
+            n: _load(live, "--closed", "--connections", str(n), "--duration", "3") for n in RAMP
+        }
+        capacity = max(s["ok_per_s"] for s in ramp.values())
+        sizing = _open(live, NORMAL_FACTOR * capacity, NORMAL_S)
+    finally:
+        live.stop()
+    limit = max(2, math.floor(capacity * _p99(sizing, "200") / 1e3))
+
+    live = LiveServer(tmp_path, port=live.port, KESTREL_MAX_IN_FLIGHT=str(limit), **quiet).start()
+    try:
+        assert live.proc is not None
+        pid = live.proc.pid
+        _load(live, "--closed", "--connections", "4", "--duration", "2")  # warm up
+        cpu0 = _cpu_s(pid)
+        normal = _open(live, NORMAL_FACTOR * capacity, NORMAL_S)
+        rss_before, cpu1 = _rss_mb(pid), _cpu_s(pid)
+        sampler = RssSampler(pid)
+        sampler.start()
+        overload = _open(live, OVERLOAD_FACTOR * capacity, OVERLOAD_S)
+        rss_during, cpu2 = sampler.stop(), _cpu_s(pid)
+        after = _open(live, NORMAL_FACTOR * capacity, NORMAL_S)
+        rss_after = _rss_mb(pid)
+        alive = live.alive()
+        logs = live.logs()
+    finally:
+        live.stop()
+
+    shed = _count(overload, "429") / overload["answered"]
+    report = {
+        "capacity_per_s": round(capacity),
+        "ramp_ok_per_s": {n: round(s["ok_per_s"]) for n, s in ramp.items()},
+        "sizing_normal_p99_ms": _p99(sizing, "200"),
+        "max_in_flight": limit,
+        "normal_p99_ms": _p99(normal, "200"),
+        "normal_server_cpu_cores": round((cpu1 - cpu0) / normal["elapsed_s"], 2),
+        "overload_offered_per_s": round(overload["offered_per_s"]),
+        "overload_elapsed_s": round(overload["elapsed_s"], 1),
+        "overload_server_cpu_cores": round((cpu2 - cpu1) / overload["elapsed_s"], 2),
+        "overload_admitted_per_s": round(overload["ok_per_s"]),
+        "overload_admitted_p50_p99_ms": _p50_p99(overload, "200"),
+        "overload_429_p50_p99_ms": _p50_p99(overload, "429"),
+        "overload_429_fraction": round(shed, 3),
+        "generator_lateness_p50_p99_ms": (
+            overload["lateness"]["p50_ms"],
+            overload["lateness"]["p99_ms"],
+        ),
+        "rss_mb_before_max_after": (
+            round(rss_before),
+            round(max(rss_during, default=rss_before)),
+            round(rss_after),
+        ),
+        "after_p99_ms": _p99(after, "200"),
+        "load_average": os.getloadavg(),
+    }
+    print("\noverload report:", json.dumps(report, indent=1))
+
+    # Nothing crashes: every arrival got an answer, only 200 or 429, and the server lives on.
+    for phase in (normal, overload, after):
+        assert phase["errors"] == 0, phase["error_examples"]
+        assert set(phase["by_status"]) <= {"200", "429"}, phase["by_status"]
+    assert alive and "Traceback" not in logs, logs
+    # The server kept pace by shedding rather than with an unbounded backlog, and goodput did
+    # not collapse: 3x capacity must be mostly refused, yet a quarter of capacity still served.
+    assert shed > 0.3, f"three times capacity must be mostly refused: {report}"
+    assert overload["ok_per_s"] > 0.25 * capacity, report
+    # Memory stays bounded.
+    assert max(rss_during) < rss_before + RSS_GROWTH_MB, report
+    # Issue 7's latency criteria (admitted p99 within 2x of normal, refusals at least as fast,
+    # latency back to normal afterwards) are speed targets: the guide keeps those out of timed
+    # assertions, so the report above carries them to docs/reliability.md, where they are
+    # judged; they fail on a shared 2-core machine (see there).
+
+
+def _p50_p99(summary: dict[str, Any], status: str) -> tuple[float, float] | None:
+    stats = summary["by_status"].get(status)
+    return None if stats is None else (round(stats["p50_ms"], 1), round(stats["p99_ms"], 1))
