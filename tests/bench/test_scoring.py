@@ -1,0 +1,110 @@
+"""bench/scoring.py end to end in quick mode: every requested cell measured, Kestrel agreeing with
+scikit-learn, speed-ups derived from the latencies, and the report written."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "bench"
+PIPELINES = ("a", "i")
+BATCHES = (1, 100)
+SYSTEMS = ("sklearn", "kestrel-jax", "kestrel-torch")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    out = tmp_path_factory.mktemp("scoring")
+    # A subprocess: the benchmark pins threads and CPU affinity before jax starts.
+    argv = [
+        *("--quick", "--pipelines", ",".join(PIPELINES)),
+        *("--batches", ",".join(map(str, BATCHES)), "--systems", ",".join(SYSTEMS)),
+        *("--max-batch", "32", "--rounds", "2", "--min-time", "0.005"),
+        *("--out", str(out / "results.json"), "--report", str(out / "performance.md")),
+    ]
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "scoring.py"), *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Median ms per predict_proba call" in done.stdout
+    return json.loads((out / "results.json").read_text()), out
+
+
+def test_every_requested_cell_is_measured(run: tuple[dict[str, Any], Path]) -> None:
+    results, _ = run
+    got = {(c["pipeline"], c["batch"], c["system"]): c for c in results["cells"]}
+    want = {(p, b, s) for p in PIPELINES for b in BATCHES for s in SYSTEMS}
+    assert set(got) == want
+    for key, cell in got.items():
+        assert cell["status"] == "ok", (key, cell["reason"])
+        assert cell["ms"] > 0 and len(cell["samples_ms"]) == 2
+    for key in PIPELINES:
+        for system in ("kestrel-jax", "kestrel-torch"):
+            assert results["pipelines"][key]["systems"][system]["convert_s"] > 0
+
+
+def test_kestrel_agrees_with_scikit_learn(run: tuple[dict[str, Any], Path]) -> None:
+    results, _ = run
+    for cell in results["cells"]:
+        assert cell["max_abs_diff"] <= 1e-5, cell  # float32 rounding, nothing more
+        assert cell["argmax_agreement"] == 1.0, cell
+
+
+def test_speedups_follow_from_the_latencies(run: tuple[dict[str, Any], Path]) -> None:
+    results, _ = run
+    family = {n: s["family"] for n, s in results["systems"].items()}
+    for p in PIPELINES:
+        for b in BATCHES:
+            row = {
+                c["system"]: c for c in results["cells"] if (c["pipeline"], c["batch"]) == (p, b)
+            }
+            for name, cell in row.items():
+                assert cell["speedup_sklearn"] == pytest.approx(row["sklearn"]["ms"] / cell["ms"])
+                others = {s: c["ms"] for s, c in row.items() if family[s] != family[name]}
+                best = min(others, key=others.__getitem__)
+                assert cell["best_other"] == best
+                assert cell["speedup_best_other"] == pytest.approx(others[best] / cell["ms"])
+
+
+def test_targets_name_what_they_lack(run: tuple[dict[str, Any], Path]) -> None:
+    results, _ = run
+    # Batch 1 compares with ONNX Runtime, which this run did not include.
+    batch_one = [t for t in results["targets"] if t["batch"] == 1]
+    assert len(batch_one) == len(PIPELINES) * 2
+    assert all(t["result"] == "n/a" and "ONNX Runtime" in t["note"] for t in batch_one)
+
+
+def test_report_page_and_plot(run: tuple[dict[str, Any], Path]) -> None:
+    results, out = run
+    page = (out / "performance.md").read_text()
+    for key in PIPELINES:
+        assert f"| {results['pipelines'][key]['label']} | 100 |" in page
+    assert results["env"]["versions"]["scikit-learn"] in page
+    assert "## Reproduce" in page
+    has_png = importlib.util.find_spec("matplotlib") is not None
+    assert (out / "performance.png").exists() == has_png
+    assert ("![speed-up" in page) == has_png
+
+
+def test_unknown_pipeline_is_named() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "scoring.py"), "--pipelines", "a,z"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "unknown ['z']" in done.stderr
