@@ -3,7 +3,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-slow lint format docs bench bench-http clean distclean
+.PHONY: run test test-slow test-overload lint format docs bench bench-http clean distclean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,16 +16,21 @@ run: $(STAMP)
 	$(BIN)/kestrel serve --demo --store .kestrel/store --cache-dir .kestrel/cache
 
 # Each recipe line must succeed; pytest exit code 5 (no tests collected) fails the target.
-# Tests marked slow (minutes each: kill -9 rounds, a minute of overload) run in test-slow.
+# Tests marked slow (minutes each: kill -9 rounds) run in test-slow.
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/pytest -n 2 -q -m "not slow"
 
-# No -n: the overload test measures latency and needs the CPUs to itself.
 test-slow: $(STAMP)
-	$(BIN)/pytest -q -m slow
+	$(BIN)/pytest -q -m "slow and not overload"
+
+# Three times capacity for a minute (docs/reliability.md). Not in CI: its Python open-loop
+# generator offers ~1 100 requests/s, less than three times what the server now takes, and the
+# latency it reports needs the CPUs to itself.
+test-overload: $(STAMP)
+	$(BIN)/pytest -q -s -m overload
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -34,7 +34,7 @@ from sklearn.preprocessing import StandardScaler
 
 from tests.service.live import ROOT, LiveServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.overload]
 
 OVERLOAD_FACTOR = 3.0
 OVERLOAD_S = 60.0
