@@ -191,52 +191,31 @@ def _model_in_path(path: str, query: bytes) -> str | None:
 
 
 async def _reject_overloaded(send: Send, rid: str, limit: int) -> None:
-    body = orjson.dumps(
-        {
-            "error": {
-                "code": "overloaded",
-                "message": f"the server is at its limit of {limit} scoring requests in progress; "
-                "retry shortly",
-                "request_id": rid,
-            }
-        }
-    )
+    message = f"the server is at its limit of {limit} scoring requests in progress; retry shortly"
     # Keep-alive, unlike 413: the body (small, under the scoring limit) is read by the server's
     # HTTP parser anyway, and a client retrying after 429 should not pay for a new connection.
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 429,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"retry-after", b"1"),
-                (b"x-request-id", rid.encode("latin-1")),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    await _send_error(send, rid, 429, "overloaded", message, (b"retry-after", b"1"))
 
 
 async def _reject_too_large(send: Send, rid: str, limit: int, declared: str | None) -> None:
     what = f"{declared} bytes" if declared and declared.isdigit() else "the body"
-    body = orjson.dumps(
-        {
-            "error": {
-                "code": "payload_too_large",
-                "message": f"{what} exceeds this route's limit of {limit} bytes",
-                "request_id": rid,
-            }
-        }
-    )
+    message = f"{what} exceeds this route's limit of {limit} bytes"
+    await _send_error(send, rid, 413, "payload_too_large", message, (b"connection", b"close"))
+
+
+async def _send_error(
+    send: Send, rid: str, status: int, code: str, message: str, header: tuple[bytes, bytes]
+) -> None:
+    """Answer with the service's error body before any route ran (``header``: one extra)."""
+    body = orjson.dumps({"error": {"code": code, "message": message, "request_id": rid}})
     await send(
         {
             "type": "http.response.start",
-            "status": 413,
+            "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"),
+                header,
                 (b"x-request-id", rid.encode("latin-1")),
             ],
         }
