@@ -396,7 +396,7 @@ def create_app(
         }
         response = json_response(doc)
         metrics.child(metrics.codec_seconds, name, result.version.version, "encode").observe(
-            time.perf_counter() - t0
+            result.decode_s + time.perf_counter() - t0
         )
         return response
 

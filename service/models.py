@@ -122,6 +122,7 @@ class Prediction:
     version: ModelVersion
     outputs: dict[str, np.ndarray]
     rows: int
+    decode_s: float  # host decode of the outputs; the route adds its rendering and records it
 
 
 class ModelManager:
@@ -246,10 +247,7 @@ class ModelManager:
                 raise
             t0 = time.perf_counter()
             decoded = model.decode({k: raw[k] for k in wanted})
-            metrics.child(metrics.codec_seconds, name, mv.version, "encode").observe(
-                time.perf_counter() - t0
-            )
-            return Prediction(mv, decoded, rows)
+            return Prediction(mv, decoded, rows, time.perf_counter() - t0)
         raise NotReady(f"model {name!r} is being replaced; retry")
 
     # -- registration ----------------------------------------------------------------------------

@@ -376,7 +376,13 @@ def add_v2_routes(app: FastAPI, manager: ModelManager, auth: Any, settings: Sett
         names, binary, _ = _outputs_requested(doc, mv)
         rows = rows_from_inputs(inputs, mv)
         result = await manager.predict(name, version, rows, outputs=names, deadline=deadline)
-        return render_outputs(doc, result.version, result.outputs, binary)
+        t0 = time.perf_counter()
+        response = render_outputs(doc, result.version, result.outputs, binary)
+        metrics = manager.metrics
+        metrics.child(metrics.codec_seconds, name, result.version.version, "encode").observe(
+            result.decode_s + time.perf_counter() - t0
+        )
+        return response
 
     metadata_doc: dict[str, Any] = {
         "tags": ["v2"],

@@ -351,6 +351,28 @@ def test_async_registration_202_then_ready(server: LiveServer, forest) -> None:
     assert server.client.post("/models/later/predict", json=[[0, 0, 0, 0]]).status_code == 404
 
 
+def test_each_scoring_request_records_one_decode_and_one_encode(server: LiveServer, forest) -> None:
+    def count(phase: str) -> float:
+        return server.metric("kestrel_codec_duration_seconds_count", model="forest", phase=phase)
+
+    before = {phase: count(phase) for phase in ("decode", "encode")}
+    assert server.client.post("/models/forest/predict", json=forest[1][:3].tolist()).is_success
+    rows = forest[1][:2].astype("float32")
+    infer = {
+        "inputs": [
+            {
+                "name": "x",
+                "shape": list(rows.shape),
+                "datatype": "FP32",
+                "data": rows.ravel().tolist(),
+            }
+        ]
+    }
+    r = server.client.post("/v2/models/forest/infer", json=infer)
+    assert r.is_success, r.text
+    assert {phase: count(phase) - before[phase] for phase in before} == {"decode": 2, "encode": 2}
+
+
 def test_metrics_after_traffic(server: LiveServer, forest) -> None:
     server.client.post("/models/forest/predict", json=forest[1][:3].tolist())
     text = server.client.get("/metrics").text
