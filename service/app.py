@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -30,17 +29,17 @@ from starlette.requests import ClientDisconnect
 import compiler
 import lazy as lz
 from service import artifacts, batcher, codecs, fastpath, openapi, store
+from service.access import Auth
 from service.errors import (
     BadRequest,
     Forbidden,
     InvalidInput,
     PayloadTooLarge,
     ServiceError,
-    Unauthorized,
     http_error_for,
 )
 from service.metrics import Metrics
-from service.middleware import ServiceMiddleware, request_id_var, route_kind
+from service.middleware import ServiceMiddleware, request_id_var
 from service.models import ModelManager, ModelOptions, State, Upload, failure_error
 from service.preload import Preloader
 from service.settings import Settings
@@ -73,55 +72,8 @@ def json_response(doc: Any, status: int = 200, headers: dict[str, str] | None = 
 
 
 def error_response(err: ServiceError, path: str = "") -> Response:
-    """The error as JSON; v2 routes use the protocol's own shape, ``{"error": "<message>"}``."""
-    if path.startswith("/v2"):
-        return json_response({"error": err.message}, err.status, err.headers)
-    return json_response(err.body(request_id_var.get()), err.status, err.headers)
-
-
-class Auth:
-    """Token checks: management needs the admin token (when one is set); scoring may need one."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.admin = settings.admin_token.get_secret_value() if settings.admin_token else None
-        scoring = settings.scoring_token
-        self.scoring = scoring.get_secret_value() if scoring else None
-
-    @staticmethod
-    def _presented(request: Request) -> str | None:
-        value = request.headers.get("authorization")
-        if value and value.lower().startswith("bearer "):
-            return value[7:].strip()
-        return request.headers.get("x-kestrel-token")
-
-    def _check(self, request: Request, accepted: list[str], what: str) -> None:
-        token = self._presented(request)
-        if token is None:
-            raise Unauthorized(f"{what} needs a token: send 'Authorization: Bearer <token>'")
-        if not any(hmac.compare_digest(token.encode(), t.encode()) for t in accepted):
-            raise Forbidden(f"the token presented is not valid for {what}")
-
-    def admin_presented(self, request: Request) -> bool:
-        token = self._presented(request)
-        return bool(
-            self.admin and token and hmac.compare_digest(token.encode(), self.admin.encode())
-        )
-
-    def management(self, request: Request) -> None:
-        if self.admin is not None:
-            self._check(request, [self.admin], "model management")
-
-    def scoring_route(self, request: Request) -> None:
-        if self.scoring is not None:
-            self._check(request, [t for t in (self.scoring, self.admin) if t], "scoring")
-
-    def route(self, request: Request) -> None:
-        """The check of the request's kind of route (handlers call theirs directly)."""
-        kind = route_kind(request.url.path, request.method)
-        if kind == "management":
-            self.management(request)
-        elif kind == "scoring":
-            self.scoring_route(request)
+    """The error as JSON, in the shape of the route's API (:meth:`ServiceError.document`)."""
+    return json_response(err.document(path, request_id_var.get()), err.status, err.headers)
 
 
 def create_app(
@@ -134,7 +86,10 @@ def create_app(
     metrics.add_cache_collector(cache)
     store = ModelStore(settings.store_url, dict(settings.store_options) or None)
     manager = ModelManager(settings, store, metrics, cache)
-    auth = Auth(settings)
+    auth = Auth(
+        settings.admin_token.get_secret_value() if settings.admin_token else None,
+        settings.scoring_token.get_secret_value() if settings.scoring_token else None,
+    )
     # Resolved now: a preload path naming no (or several) model files stops `serve` at once.
     preloader = (
         Preloader.resolve(
@@ -178,13 +133,7 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
-        # Parameters are validated before the handler, so before its token check: check first,
-        # or a client without a token learns the route's validation rules (422, not 401).
-        try:
-            auth.route(request)
-        except ServiceError as denied:
-            _count_rejection(metrics, manager, request, denied)
-            return error_response(denied, request.url.path)
+        # Tokens were checked by the middleware, before the parameters were validated.
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
         )
@@ -270,7 +219,6 @@ def create_app(
         options: Annotated[str | None, Form(description="JSON object of ModelOptions")] = None,
         wait: Annotated[bool, Query(description="answer when READY or FAILED")] = False,
     ) -> Response:
-        auth.management(request)
         data = await file.read()
         if not data:
             raise BadRequest("the uploaded file is empty")
@@ -305,7 +253,6 @@ def create_app(
         responses={**openapi.ok(openapi.ModelList), **openapi.errors(*openapi.AUTH)},
     )
     async def list_models(request: Request) -> Response:
-        auth.management(request)
         out = []
         for name in manager.names():
             current = manager.current(name)
@@ -328,7 +275,6 @@ def create_app(
         responses={**openapi.ok(openapi.ModelDescription), **openapi.errors(*openapi.AUTH, 404)},
     )
     async def describe_model(request: Request, name: str) -> Response:
-        auth.management(request)
         current = manager.current(name)
         return json_response(
             {
@@ -345,7 +291,6 @@ def create_app(
         responses={**openapi.ok(openapi.VersionDescription), **openapi.errors(*openapi.AUTH, 404)},
     )
     async def describe_version(request: Request, name: str, version: str) -> Response:
-        auth.management(request)
         return json_response(manager.lookup(name, version).describe())
 
     @app.delete(
@@ -356,7 +301,6 @@ def create_app(
         responses=openapi.errors(*openapi.AUTH, 404),
     )
     async def delete_model(request: Request, name: str) -> Response:
-        auth.management(request)
         await manager.delete(name)
         return Response(status_code=204)
 
@@ -368,13 +312,11 @@ def create_app(
         responses=openapi.errors(*openapi.AUTH, 404),
     )
     async def delete_version(request: Request, name: str, version: str) -> Response:
-        auth.management(request)
         await manager.delete(name, version)
         return Response(status_code=204)
 
     # -- scoring -------------------------------------------------------------------------------
     async def score(request: Request, name: str, version: str | None) -> Response:
-        auth.scoring_route(request)
         body = await read_body(request)
         content_type, timeout = _scoring_headers(request.scope)
         decoded = codecs.decode_predict(body, content_type)
@@ -435,7 +377,7 @@ def create_app(
 
     from service.v2 import add_v2_routes
 
-    add_v2_routes(app, manager, auth, settings)
+    add_v2_routes(app, manager, settings)
     fastpath.install(app, SCORING_PATHS)
     openapi.install(app)
 
@@ -453,6 +395,7 @@ def create_app(
         limit_for=limit_for,
         model_label=model_label,
         max_scoring_in_flight=settings.max_in_flight,
+        refusal=auth.refusal,
     )
     return app
 
@@ -535,7 +478,7 @@ def _pickle_allowed(settings: Settings, auth: Auth, request: Request) -> bool:
             "pickle/joblib uploads are disabled (they can run code); upload .skops, LightGBM "
             "text or XGBoost JSON, or ask the operator to set KESTREL_ALLOW_PICKLE=true"
         )
-    if not auth.admin_presented(request):
+    if not auth.is_admin(request.scope["headers"]):
         raise Forbidden("pickle/joblib uploads need the admin token (KESTREL_ADMIN_TOKEN)")
     return True
 

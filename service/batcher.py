@@ -415,14 +415,21 @@ class Batcher:
             await self._wakeup.wait()
 
     async def _wait_to_fill(self) -> None:
-        """With ``max_wait_s``: wait until the batch is full or its oldest request waited enough."""
+        """With ``max_wait_s``: wait until the batch is full or its oldest request waited enough.
+
+        Never past a queued request's deadline: a request that would expire before the wait
+        ends is dispatched now (waiting for company could only turn its answer into a 504).
+        """
         while self._max_wait_s > 0 and self._queued_rows < self._max_batch_rows:
             if self._closing:
                 return
-            head = next((r for r in self._queue if r.queued and not r.future.done()), None)
-            if head is None:
+            waiting = [r for r in self._queue if r.queued and not r.future.done()]
+            if not waiting:
                 return
-            remaining = head.enqueued + self._max_wait_s - self._clock()
+            until = waiting[0].enqueued + self._max_wait_s
+            if any(r.deadline is not None and r.deadline <= until for r in waiting):
+                return
+            remaining = until - self._clock()
             if remaining <= 0:
                 return
             self._wakeup.clear()

@@ -28,6 +28,13 @@ class ServiceError(Exception):
             error["request_id"] = request_id
         return {"error": error}
 
+    def document(self, path: str, request_id: str | None = None) -> dict[str, Any]:
+        """The body for a request to ``path``: v2 routes answer in the protocol's own shape,
+        ``{"error": "<message>"}``; every other route with :meth:`body`."""
+        if path.startswith("/v2"):
+            return {"error": self.message}
+        return self.body(request_id)
+
 
 class BadRequest(ServiceError):
     status, code, reason = 400, "bad_request", "bad_input"

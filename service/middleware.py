@@ -1,4 +1,5 @@
-"""One pure-ASGI middleware for what every request needs: an id, a body limit, and metrics.
+"""One pure-ASGI middleware for what every request needs: an id, a body limit, tokens, load
+shedding, metrics, and a JSON answer whatever happens inside.
 
 Pure ASGI (not Starlette's BaseHTTPMiddleware) because it sits on the hot path of single-row
 requests, where each extra task and copy is visible in the latency.
@@ -15,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from service.errors import PayloadTooLarge
+from service.errors import PayloadTooLarge, ServiceError, TooManyRequests
 from service.metrics import Metrics
 
 Scope = MutableMapping[str, Any]
@@ -28,6 +29,7 @@ request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "kestrel_request_id", default=None
 )
 access_log = logging.getLogger("kestrel.access")
+log = logging.getLogger(__name__)
 
 
 class ServiceMiddleware:
@@ -35,7 +37,13 @@ class ServiceMiddleware:
 
     ``limit_for(path, method)`` gives the largest body a route accepts: a ``Content-Length`` above
     it is refused with 413 before reading a byte; a chunked body is counted as it streams.
-    ``model_label(name)`` bounds the model label to known models.
+    ``model_label(name)`` bounds the model label to known models. ``refusal(path, headers)``
+    says why a request is not allowed (401 / 403, :mod:`service.access`), checked before routing
+    and before the body is read.
+
+    Everything refused before routing (413 by ``Content-Length``, tokens, shedding) is answered
+    here in the route's error shape and counted with the route label ``_refused``. An exception
+    no handler mapped becomes a JSON 500 with the request id (and the traceback in the log).
 
     Load shedding: with ``max_scoring_in_flight``, a scoring request arriving while that many are
     in progress is answered 429 at once, before its body is read or the request routed. Under
@@ -52,6 +60,7 @@ class ServiceMiddleware:
         limit_for: Callable[[str, str], int],
         model_label: Callable[[str | None], str],
         max_scoring_in_flight: int | None = None,
+        refusal: Callable[[str, Any], ServiceError | None] | None = None,
     ) -> None:
         self.app = app
         self.metrics = metrics
@@ -59,6 +68,7 @@ class ServiceMiddleware:
         self.model_label = model_label
         self.max_scoring_in_flight = max_scoring_in_flight
         self.scoring_in_flight = 0
+        self.refusal = refusal
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -69,21 +79,36 @@ class ServiceMiddleware:
         # 32 random hex digits like uuid4().hex, without building a UUID object (2 µs a request).
         rid = rid[:128] if rid else os.urandom(16).hex()
         token = request_id_var.set(rid)
-        limit = self.limit_for(scope["path"], scope["method"])
+        path = scope["path"]
+        limit = self.limit_for(path, scope["method"])
         status = 500
+        refused: ServiceError | None = None
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
-            await _reject_too_large(send, rid, limit, declared)
-            request_id_var.reset(token)
-            return
-        kind = route_kind(scope["path"], scope["method"])
+            what = f"{declared} bytes" if declared.isdigit() else "the body"
+            refused = PayloadTooLarge(f"{what} exceeds this route's limit of {limit} bytes")
+            refused.headers = {"connection": "close"}  # the body is not read
+        elif self.refusal is not None:
+            refused = self.refusal(path, scope["headers"])
+            if refused is not None and scope["method"] in _WITH_BODY:
+                refused.headers = {**refused.headers, "connection": "close"}
+        kind = route_kind(path, scope["method"])
         scoring = kind == "scoring"
         cap = self.max_scoring_in_flight
-        if scoring and cap is not None and self.scoring_in_flight >= cap:
-            await self._shed(scope, send, rid)
+        if refused is None and scoring and cap is not None and self.scoring_in_flight >= cap:
+            # Keep-alive: the body (small, under the scoring limit) is read by the server's HTTP
+            # parser anyway, and a client retrying after 429 should not pay for a new connection.
+            refused = TooManyRequests(
+                f"the server is at its limit of {cap} scoring requests in progress; retry shortly",
+                retry_after_s=1,
+            )
+            refused.code = refused.reason = "overloaded"
+        if refused is not None:
+            await self._refuse(scope, send, rid, refused)
             request_id_var.reset(token)
             return
 
         received = 0
+        started = False
 
         async def limited_receive() -> Message:
             nonlocal received
@@ -98,9 +123,9 @@ class ServiceMiddleware:
             return message
 
         async def send_with_id(message: Message) -> None:
-            nonlocal status
+            nonlocal status, started
             if message["type"] == "http.response.start":
-                status = message["status"]
+                status, started = message["status"], True
                 headers = list(message.get("headers", []))
                 headers.append((b"x-request-id", rid.encode("latin-1")))
                 message["headers"] = headers
@@ -114,6 +139,13 @@ class ServiceMiddleware:
             self.scoring_in_flight += 1
         try:
             await self.app(scope, limited_receive, send_with_id)
+        except Exception as exc:
+            # Starlette would answer a plain-text 500 without the request id; the handlers map
+            # every known error, so this is a bug: log it whole and say where to look.
+            log.exception("unhandled error on %s %s", scope["method"], path)
+            if not started:  # else the response is cut short: the client sees a broken body
+                internal = ServiceError(f"internal error ({type(exc).__name__}); see the log")
+                await _send_error(send, rid, path, internal)
         finally:
             in_flight.dec()
             if scoring:
@@ -135,17 +167,19 @@ class ServiceMiddleware:
                 )
             request_id_var.reset(token)
 
-    async def _shed(self, scope: Scope, send: Send, rid: str) -> None:
-        """429 for a scoring request over the in-flight limit: no routing, no body read."""
-        await _reject_overloaded(send, rid, self.max_scoring_in_flight or 0)
+    async def _refuse(self, scope: Scope, send: Send, rid: str, err: ServiceError) -> None:
+        """Answer ``err`` before routing and count it: no route ran, no body was read."""
+        await _send_error(send, rid, scope["path"], err)
         metrics = self.metrics
         model = self.model_label(_model_in_path(scope["path"], scope.get("query_string", b"")))
-        metrics.child(metrics.rejections, model, "overloaded").inc()
-        metrics.child(metrics.requests, model, SHED_ROUTE, "429").inc()
+        if err.reason is not None:
+            metrics.child(metrics.rejections, model, err.reason).inc()
+        metrics.child(metrics.requests, model, REFUSED_ROUTE, str(err.status)).inc()
 
 
-# The route label of requests shed before routing (the route template is not known yet).
-SHED_ROUTE = "_shed"
+# The route label of requests refused before routing (the route template is not known yet).
+REFUSED_ROUTE = "_refused"
+_WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
 
 
 def route_kind(path: str, method: str) -> str:
@@ -190,34 +224,14 @@ def _model_in_path(path: str, query: bytes) -> str | None:
     return None
 
 
-async def _reject_overloaded(send: Send, rid: str, limit: int) -> None:
-    message = f"the server is at its limit of {limit} scoring requests in progress; retry shortly"
-    # Keep-alive, unlike 413: the body (small, under the scoring limit) is read by the server's
-    # HTTP parser anyway, and a client retrying after 429 should not pay for a new connection.
-    await _send_error(send, rid, 429, "overloaded", message, (b"retry-after", b"1"))
-
-
-async def _reject_too_large(send: Send, rid: str, limit: int, declared: str | None) -> None:
-    what = f"{declared} bytes" if declared and declared.isdigit() else "the body"
-    message = f"{what} exceeds this route's limit of {limit} bytes"
-    await _send_error(send, rid, 413, "payload_too_large", message, (b"connection", b"close"))
-
-
-async def _send_error(
-    send: Send, rid: str, status: int, code: str, message: str, header: tuple[bytes, bytes]
-) -> None:
-    """Answer with the service's error body before any route ran (``header``: one extra)."""
-    body = orjson.dumps({"error": {"code": code, "message": message, "request_id": rid}})
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                header,
-                (b"x-request-id", rid.encode("latin-1")),
-            ],
-        }
-    )
+async def _send_error(send: Send, rid: str, path: str, err: ServiceError) -> None:
+    """Answer ``err`` in the route's error shape, with its headers and the request id."""
+    body = orjson.dumps(err.document(path, rid))
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"x-request-id", rid.encode("latin-1")),
+    ]
+    headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in err.headers.items()]
+    await send({"type": "http.response.start", "status": err.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

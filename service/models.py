@@ -11,7 +11,7 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -24,7 +24,15 @@ import compiler
 import lazy as lz
 from service import artifacts, gcpolicy, parity
 from service.batcher import Batcher, BatchInfo
-from service.errors import BadRequest, Conflict, ModelRejected, NotFound, NotReady, http_error_for
+from service.errors import (
+    BadRequest,
+    Conflict,
+    InvalidInput,
+    ModelRejected,
+    NotFound,
+    NotReady,
+    http_error_for,
+)
 from service.metrics import Metrics
 from service.settings import Settings
 from service.store import Manifest, ModelStore, VersionRecord, validate_name
@@ -246,6 +254,7 @@ class ModelManager:
                     continue
                 raise
             t0 = time.perf_counter()
+            _reject_overflow(feed, raw, mv.options.dtype)
             decoded = model.decode({k: raw[k] for k in wanted})
             return Prediction(mv, decoded, rows, time.perf_counter() - t0)
         raise NotReady(f"model {name!r} is being replaced; retry")
@@ -703,6 +712,40 @@ def _row_count(data: Any) -> int:
     if isinstance(data, dict):
         return len(next(iter(data.values()), ()))
     return len(data)
+
+
+def _reject_overflow(
+    feed: Mapping[str, np.ndarray], raw: Mapping[str, np.ndarray], dtype: str
+) -> None:
+    """A NaN head for a row without NaN inputs is arithmetic that overflowed (e.g. inputs near
+    3e38 scaled in float32, where the source computes in float64): answer 422 naming the rows,
+    never ``null`` scores or a label picked from NaN probabilities. (Rows with missing values
+    may give NaN where the source does, e.g. a scaler's transform.)"""
+    bad = _nan_rows(raw)
+    if bad is not None:
+        missing = _nan_rows(feed)
+        if missing is not None:
+            bad &= ~missing
+        if not bad.any():
+            return
+        where = np.flatnonzero(bad)
+        listed = ", ".join(str(i) for i in where[:5]) + (", ..." if len(where) > 5 else "")
+        raise InvalidInput(
+            f"row(s) {listed}: the model's {dtype} arithmetic overflowed (NaN) on these values; "
+            'scale the inputs down, or register the model with options {"dtype": "float64"}'
+        )
+
+
+def _nan_rows(arrays: Mapping[str, np.ndarray]) -> np.ndarray | None:
+    """Which rows have a NaN in any float array of ``arrays`` (None: no NaN anywhere)."""
+    rows: np.ndarray | None = None
+    for values in arrays.values():
+        if values.dtype.kind == "f":
+            nan = np.isnan(values)
+            if nan.any():
+                found = nan.reshape(len(nan), -1).any(axis=1)
+                rows = found if rows is None else rows | found
+    return rows
 
 
 def _select_outputs(

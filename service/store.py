@@ -255,8 +255,9 @@ class ModelEntry:
 class Manifest:
     """Snapshot of the store's catalogue.
 
-    ``retired`` remembers the next version number of deleted models so that re-creating a name
-    never reuses a number (caches and replicas key on ``(name, version)``).
+    ``retired`` remembers the next version number of names without an entry (deleted models, and
+    numbers reserved for uploads still compiling) so that a name never reuses a number (caches
+    and replicas key on ``(name, version)``).
     """
 
     generation: int = 0
@@ -596,10 +597,16 @@ class ModelStore:
 
     def next_version(self, name: str) -> str:
         """Reserve the next version number of ``name``: "1", "2", … never reused, even after
-        versions or the whole model were deleted."""
+        versions or the whole model were deleted, or the process crashed before committing.
+
+        The reservation is written to the manifest (one manifest write), because the number is
+        promised to the client at once (202) while the version compiles: a restart must not hand
+        the same number to another upload.
+        """
         validate_name(name)
-        with _MUTATION_LOCK:
-            manifest = self.load_manifest()
+        reserved: list[int] = []
+
+        def change(manifest: Manifest) -> None:
             entry = manifest.models.get(name)
             candidates = [manifest.retired.get(name, 1), self._reserved.get(name, 0) + 1]
             if entry is not None:
@@ -607,8 +614,15 @@ class ModelStore:
                 numbers = (_version_number(v) for v in entry.versions)
                 candidates.extend(n + 1 for n in numbers if n is not None)
             number = max(candidates)
-            self._reserved[name] = number
-            return str(number)
+            if entry is not None:
+                entry.next_version = number + 1
+            else:
+                manifest.retired[name] = number + 1
+            self._reserved[name] = number  # change() runs under _MUTATION_LOCK
+            reserved.append(number)
+
+        self._mutate(change)
+        return str(reserved[0])
 
     def commit(self, record: VersionRecord, make_current: bool = True) -> Manifest:
         """Add ``record`` to the manifest (optionally as current) and return the new manifest.

@@ -317,7 +317,7 @@ def metadata(mv: ModelVersion, versions: list[str]) -> dict[str, Any]:
     }
 
 
-def add_v2_routes(app: FastAPI, manager: ModelManager, auth: Any, settings: Settings) -> None:
+def add_v2_routes(app: FastAPI, manager: ModelManager, settings: Settings) -> None:
     from service.app import json_response, read_body
 
     @app.get(
@@ -352,13 +352,11 @@ def add_v2_routes(app: FastAPI, manager: ModelManager, auth: Any, settings: Sett
         return json_response({"ready": ok}, 200 if ok else 503)
 
     async def model_metadata(request: Request, name: str, version: str | None) -> Response:
-        auth.scoring_route(request)
         mv = manager.lookup(name, version)
         versions = [v.version for v in manager.versions(name)]
         return json_response(metadata(mv, versions))
 
     async def model_ready(request: Request, name: str, version: str | None) -> Response:
-        auth.scoring_route(request)
         try:
             mv = manager.lookup(name, version)
         except NotFound:
@@ -367,7 +365,6 @@ def add_v2_routes(app: FastAPI, manager: ModelManager, auth: Any, settings: Sett
         return json_response({"name": name, "ready": ok}, 200 if ok else 503)
 
     async def infer(request: Request, name: str, version: str | None) -> Response:
-        auth.scoring_route(request)
         body = await read_body(request)
         doc, tail = split_body(body, request.headers.get(HEADER_LENGTH))
         deadline = parse_deadline(doc)
@@ -441,7 +438,6 @@ def add_v2_routes(app: FastAPI, manager: ModelManager, auth: Any, settings: Sett
         },
     )
     async def index(request: Request) -> Response:
-        auth.management(request)
         entries = []
         for name in manager.names():
             for v in manager.versions(name):
@@ -461,7 +457,6 @@ def add_v2_routes(app: FastAPI, manager: ModelManager, auth: Any, settings: Sett
         },
     )
     async def load(request: Request, name: str) -> Response:
-        auth.management(request)
         await manager.sync(force=True)
         mv = manager.lookup(name)
         await manager.wait(mv, settings.register_wait_s)
@@ -479,6 +474,5 @@ def add_v2_routes(app: FastAPI, manager: ModelManager, auth: Any, settings: Sett
         },
     )
     async def unload(request: Request, name: str) -> Response:
-        auth.management(request)
         await manager.unload(name)
         return json_response({})

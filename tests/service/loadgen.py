@@ -193,6 +193,7 @@ def _percentiles(values: list[float]) -> dict[str, float]:
     a = np.asarray(values) * 1e3
     return {
         "count": int(a.size),
+        "mean_ms": float(a.mean()),
         "p50_ms": float(np.percentile(a, 50)),
         "p90_ms": float(np.percentile(a, 90)),
         "p99_ms": float(np.percentile(a, 99)),

@@ -15,6 +15,7 @@ import pyarrow.ipc as ipc
 import pytest
 import skops.io as sio
 from sklearn.compose import ColumnTransformer
+from sklearn.datasets import load_iris
 from sklearn.ensemble import RandomForestClassifier
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
@@ -210,6 +211,25 @@ def test_nan_rejected_where_the_source_rejects_it(server: LiveServer) -> None:
         "/models/shop/predict", json=[{"price": None, "weight": 1, "colour": "red"}]
     )
     assert r.status_code == 422 and "price" in r.json()["error"]["message"]
+
+
+def test_float32_overflow_is_a_422_not_a_wrong_label(server: LiveServer) -> None:
+    """Values near float32's limit overflow a scaled softmax (inf - inf = NaN) where scikit-learn
+    computes in float64: the service names the rows instead of answering NaN scores and the
+    label argmax picks from them. Normal rows of the same request are not the problem."""
+    x, y = load_iris(return_X_y=True)
+    model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=500)).fit(x, y)
+    assert server.register("multi", sio.dumps(model), options=OPTIONS).status_code == 201
+    rows = [[0.1, 0.2, 0.3, 0.4], [3e38] * 4, [0.0] * 4, [-3e38] * 4]
+    assert np.isfinite(model.predict_proba(np.array(rows))).all()  # the source copes
+    r = server.client.post("/models/multi/predict", json=rows)
+    assert r.status_code == 422, r.text
+    message = r.json()["error"]["message"]
+    assert message.startswith("row(s) 1, 3: the model's float32 arithmetic overflowed")
+    assert '"dtype": "float64"' in message
+    ok = server.client.post("/models/multi/predict", json=[rows[0], rows[2]])
+    assert ok.status_code == 200
+    assert ok.json()["outputs"]["predict"] == model.predict(np.array([rows[0], rows[2]])).tolist()
 
 
 def test_oversize_body_refused_before_reading(tmp_path: Path) -> None:

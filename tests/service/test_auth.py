@@ -12,6 +12,7 @@ or a 404 would tell an anonymous client which models exist.
 from __future__ import annotations
 
 import ast
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +21,8 @@ import httpx
 import pytest
 from starlette.routing import Route
 
+from service.access import access_kind
 from service.app import create_app
-from service.middleware import route_kind
 from service.settings import Settings
 from tests.service.live import ADMIN_TOKEN, ROOT, LiveServer
 
@@ -65,13 +66,9 @@ def endpoints(tmp: Path) -> dict[str, list[Endpoint]]:
         assert isinstance(route, Route), route
         for method in sorted((route.methods or set()) - {"HEAD"}):
             endpoint = Endpoint(method, route.path)
-            kind = route_kind(route.path, method)
-            if kind == "management":
-                kinds["management"].append(endpoint)
-            elif kind == "scoring" or route.path.startswith("/v2/models/"):
-                kinds["scoring"].append(endpoint)
-            elif route.path in PUBLIC:
-                kinds["public"].append(endpoint)
+            kind = access_kind(route.path)
+            if kind != "public" or route.path in PUBLIC:
+                kinds[kind].append(endpoint)
             else:
                 unclassified.append(endpoint)
     assert not unclassified, f"classify these routes in test_auth.py: {unclassified}"
@@ -184,6 +181,28 @@ def test_scoring_routes_need_a_token_when_one_is_set(
 def test_other_authorization_schemes_are_no_token(guarded_scoring: LiveServer) -> None:
     r = guarded_scoring.client.get("/models", headers={"Authorization": f"Basic {ADMIN_TOKEN}"})
     assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
+
+
+def test_an_anonymous_upload_is_refused_before_its_body_is_read(
+    public_scoring: LiveServer,
+) -> None:
+    """The token is checked on the headers: the server answers 401 and closes the connection
+    without waiting for the 400 MB it was promised (under the 512 MB upload limit)."""
+    declared = 400 * 2**20
+    head = (
+        f"POST /models HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {declared}\r\n"
+        "Content-Type: multipart/form-data; boundary=x\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", public_scoring.port), timeout=10) as sock:
+        sock.sendall(head.encode() + b"--x\r\n" + b"\0" * 65536)  # a first chunk, no more
+        answer = b""
+        while chunk := sock.recv(65536):  # until the server closes: it must not wait for more
+            answer += chunk
+    status_line, _, rest = answer.partition(b"\r\n")
+    assert status_line == b"HTTP/1.1 401 Unauthorized", answer[:300]
+    headers = rest.lower().split(b"\r\n\r\n")[0]
+    assert b"connection: close" in headers and b"www-authenticate: bearer" in headers
+    assert b"model management needs a token" in answer
 
 
 # -- constant-time comparison ---------------------------------------------------------------------

@@ -206,6 +206,31 @@ def test_max_wait_lets_a_partial_batch_fill_but_a_full_one_goes_at_once(
     run_async(scenario)
 
 
+def test_waiting_to_fill_never_outlasts_a_queued_requests_deadline(
+    program: Program, executor: ThreadPoolExecutor
+) -> None:
+    """KESTREL_BATCH_WAIT_MS=1000 and a 100 ms deadline: the request goes at once (a waited
+    batch could only answer it 504), and a later one with a short deadline cuts the wait."""
+
+    async def scenario() -> None:
+        batcher = make(program, executor, max_batch_rows=8, max_wait_s=1.0)
+        batcher.start()
+        start = time.monotonic()
+        await batcher.submit({"x": rows(1)}, 1, deadline=time.monotonic() + 0.1)
+        assert time.monotonic() - start < 0.5 and program.sizes == [1]
+
+        start = time.monotonic()
+        patient = asyncio.create_task(batcher.submit({"x": rows(1)}, 1))
+        await asyncio.sleep(0.05)  # the patient request waits for company...
+        assert program.sizes == [1]
+        await batcher.submit({"x": rows(2)}, 2, deadline=time.monotonic() + 0.1)
+        await patient  # ...until a request that cannot wait arrives: both go together
+        assert time.monotonic() - start < 0.5 and program.sizes == [1, 3]
+        await batcher.close()
+
+    run_async(scenario)
+
+
 # -- bounded queue ---------------------------------------------------------------------------
 
 

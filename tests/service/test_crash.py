@@ -146,25 +146,33 @@ def _race(
     return race
 
 
-def _new_temp_in(directory: Path, before: set[str]) -> Callable[[], bool]:
-    """True once a temp file not in ``before`` appears in ``directory``: a write in progress."""
+def _new_temp_in(directory: Path, before: set[str], nth: int = 1) -> Callable[[], bool]:
+    """True once the ``nth`` temp file not in ``before`` appears in ``directory``: a write in
+    progress (each manifest mutation writes two: manifest.prev.json, then manifest.json)."""
+    seen_names: set[str] = set()
 
     def seen() -> bool:
         with os.scandir(directory) as entries:
-            return any(e.name.startswith(".tmp-") and e.name not in before for e in entries)
+            seen_names.update(
+                e.name for e in entries if e.name.startswith(".tmp-") and e.name not in before
+            )
+        return len(seen_names) >= nth
 
     return seen
 
 
-def _replaced(path: Path) -> Callable[[], bool]:
-    """True once ``path`` is a different file (``os.replace`` gives it a new inode)."""
-    inode = path.stat().st_ino if path.exists() else None
+def _replaced(path: Path, nth: int = 1) -> Callable[[], bool]:
+    """True once ``path`` has been replaced ``nth`` times (``os.replace`` gives a new inode)."""
+    inodes = [path.stat().st_ino if path.exists() else None]
 
     def seen() -> bool:
         try:
-            return path.stat().st_ino != inode
+            inode = path.stat().st_ino
         except FileNotFoundError:
             return False
+        if inode != inodes[-1]:
+            inodes.append(inode)
+        return len(inodes) > nth
 
     return seen
 
@@ -379,10 +387,13 @@ def _round(
     def send(client: httpx.Client) -> httpx.Response:
         return _register(client, kind, data)
 
+    # A registration writes the manifest twice: reserving its version number, then committing.
+    mutation = rng.choice([1, 2])
     if action == "manifest-temp":  # the kill lands while a manifest file is being written
-        _race(live, race, send, trigger=_new_temp_in(root, race.temps_before))
+        trigger = _new_temp_in(root, race.temps_before, nth=2 * mutation - rng.choice([0, 1]))
+        _race(live, race, send, trigger=trigger)
     elif action == "manifest-swap":  # ... or just after manifest.prev.json was replaced
-        _race(live, race, send, trigger=_replaced(root / PREV_MANIFEST_FILE))
+        _race(live, race, send, trigger=_replaced(root / PREV_MANIFEST_FILE, nth=mutation))
     else:  # anywhere from the first byte of the upload to the answer
         _race(live, race, send, delay_s=rng.uniform(0.0, phase_s[kind]))
     if race.response is not None:

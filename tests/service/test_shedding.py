@@ -15,6 +15,9 @@ from sklearn.linear_model import LogisticRegression
 from tests.service.live import LiveServer
 
 X = np.random.default_rng(0).normal(size=(40, 3)).astype(np.float32)
+V2_BODY = {
+    "inputs": [{"name": "input", "shape": [1, 3], "datatype": "FP32", "data": X[0].tolist()}]
+}
 
 
 def test_scoring_over_the_in_flight_limit_is_shed_at_once_and_management_is_not(
@@ -39,6 +42,7 @@ def test_scoring_over_the_in_flight_limit_is_shed_at_once_and_management_is_not(
         with httpx.Client(base_url=live.url, timeout=10) as client:
             t0 = time.perf_counter()
             shed = [client.post(path, json=X[:1].tolist()) for path in _scoring_paths()]
+            v2 = client.post("/v2/models/m/infer", json=V2_BODY)
             elapsed = time.perf_counter() - t0
             for r in shed:
                 assert r.status_code == 429, r.text
@@ -46,14 +50,17 @@ def test_scoring_over_the_in_flight_limit_is_shed_at_once_and_management_is_not(
                 error = r.json()["error"]
                 assert error["code"] == "overloaded" and "limit of 1" in error["message"]
                 assert error["request_id"] == r.headers["x-request-id"]
+            # The v2 protocol's own error shape, as its clients (tritonclient) parse it.
+            assert v2.status_code == 429 and v2.headers["retry-after"] == "1"
+            assert v2.json() == {"error": shed[0].json()["error"]["message"]}
             assert elapsed < 2.0, f"shedding waited for the batch: {elapsed:.2f} s"
             # Keep-alive: every answer above came over the one connection, and so does this.
             assert client.get("/models", headers=live.admin).status_code == 200
         holder.join(30)
         assert [r.status_code for r in held] == [200]
-        assert live.metric("kestrel_rejections_total", model="m", reason="overloaded") == 2
+        assert live.metric("kestrel_rejections_total", model="m", reason="overloaded") == 3
         assert live.metric("kestrel_rejections_total", model="_none", reason="overloaded") == 1
-        assert live.metric("kestrel_requests_total", route="_shed", status="429") == 3
+        assert live.metric("kestrel_requests_total", route="_refused", status="429") == 4
         # The slot is free again: the next request is admitted.
         assert live.client.post("/models/m/predict", json=X[:1].tolist()).status_code == 200
     finally:

@@ -84,7 +84,7 @@ def test_local_round_trip_survives_a_restart(tmp_path: Path, scheme: str) -> Non
 
     record = make_record(store, "iris", store.next_version("iris"))
     manifest = store.commit(record)
-    assert manifest.generation == 1 and manifest.current("iris") == record
+    assert manifest.generation == 2 and manifest.current("iris") == record  # reserve, commit
 
     reopened = ModelStore(f"{scheme}{root}")  # what a restarted server does
     loaded = reopened.load_manifest()
@@ -92,7 +92,7 @@ def test_local_round_trip_survives_a_restart(tmp_path: Path, scheme: str) -> Non
     assert loaded.records() == [record]
     assert reopened.get_blob(record.artifact) == ARTIFACT
     assert reopened.get_blob(record.sample) == SAMPLE
-    assert json.loads((root / "manifest.json").read_text())["generation"] == 1
+    assert json.loads((root / "manifest.json").read_text())["generation"] == 2
 
 
 def test_version_record_json_round_trip_is_exact_and_isolated() -> None:
@@ -270,15 +270,24 @@ def test_version_numbers_are_never_reused(store: ModelStore) -> None:
     assert store.next_version("m") == "3"
     store.commit(make_record(store, "m", "3", b"v3"))
     store.delete("m", "3")
-    # Fresh stores have no in-process reservations: the manifest alone decides.
     assert ModelStore(store.url).next_version("m") == "4"
     store.delete("m")
-    assert store.load_manifest().retired == {"m": 4}
+    assert store.load_manifest().retired == {"m": 5}
     fresh = ModelStore(store.url)
-    assert fresh.next_version("m") == "4"
-    manifest = fresh.commit(make_record(store, "m", "4", b"v4"))
-    assert manifest.models["m"].next_version == 5 and manifest.retired == {}
-    assert fresh.next_version("other") == "1"
+    assert fresh.next_version("m") == "5"
+    manifest = fresh.commit(make_record(store, "m", "5", b"v5"))
+    assert manifest.models["m"].next_version == 6 and manifest.retired == {}
+
+
+def test_a_reserved_number_survives_a_restart(store: ModelStore) -> None:
+    """A 202 promises the number before the version is committed: a crash (a fresh process on
+    the same store) must not promise it again."""
+    assert store.next_version("new") == "1"  # no entry yet: reserved under retired
+    assert ModelStore(store.url).next_version("new") == "2"
+    store.commit(make_record(store, "m", "1"))
+    assert store.next_version("m") == "2"
+    assert ModelStore(store.url).next_version("m") == "3"
+    assert store.load_manifest().models["m"].next_version == 4
 
 
 def test_custom_version_names_are_allowed(store: ModelStore) -> None:
@@ -303,7 +312,7 @@ def test_concurrent_uploads_get_distinct_versions(store: ModelStore) -> None:
     assert errors == []
     manifest = store.load_manifest()
     assert sorted(manifest.models["m"].versions, key=int) == [str(i) for i in range(1, 9)]
-    assert manifest.generation == 8
+    assert manifest.generation == 16  # a reservation and a commit each
 
 
 def test_commit_requires_stored_blobs_and_never_overwrites(store: ModelStore) -> None:
@@ -457,7 +466,8 @@ def test_s3_round_trip_across_replicas(s3_bucket: str, s3_storage_options: dict)
     assert writer.gc(grace_s=3600) == []
     v2 = make_record(replica, "iris", "2", payload_in_same_directory_as(record.artifact))
     updated = writer.commit(v2)
-    assert replica.load_manifest() == updated and updated.generation == committed.generation + 1
+    # + 2: the replica reserved "2" (a manifest write), the writer committed it.
+    assert replica.load_manifest() == updated and updated.generation == committed.generation + 2
 
     # Content addressing and corruption detection hold over the S3 protocol too.
     client = boto3.client(

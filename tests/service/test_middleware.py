@@ -1,0 +1,105 @@
+"""The service middleware around small ASGI apps: what it answers when the app cannot."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+
+from service.access import Auth
+from service.metrics import Metrics
+from service.middleware import REFUSED_ROUTE, ServiceMiddleware
+
+
+async def failing_app(scope: Any, receive: Any, send: Any) -> None:
+    raise RuntimeError("a bug nobody mapped")
+
+
+async def echo_app(scope: Any, receive: Any, send: Any) -> None:
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": body})
+
+
+def wrap(app: Any, metrics: Metrics, **kw: Any) -> ServiceMiddleware:
+    return ServiceMiddleware(
+        app,
+        metrics=metrics,
+        limit_for=lambda path, method: 16,
+        model_label=lambda name: name or "_none",
+        **kw,
+    )
+
+
+def request(app: Any, method: str, path: str, **kw: Any) -> httpx.Response:
+    async def go() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://kestrel") as client:
+            return await client.request(method, path, **kw)
+
+    return asyncio.run(go())
+
+
+def sample(metrics: Metrics, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels``."""
+    return sum(
+        s.value
+        for family in metrics.registry.collect()
+        for s in family.samples
+        if s.name == name and labels.items() <= s.labels.items()
+    )
+
+
+@pytest.fixture
+def metrics() -> Metrics:
+    return Metrics(CollectorRegistry())
+
+
+@pytest.mark.parametrize("path", ["/models/m/predict", "/v2/models/m/infer"])
+def test_an_unmapped_exception_is_a_json_500_with_the_request_id(
+    metrics: Metrics, path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    r = request(wrap(failing_app, metrics), "POST", path, headers={"X-Request-ID": "req-7"})
+    assert r.status_code == 500 and r.headers["x-request-id"] == "req-7"
+    message = "internal error (RuntimeError); see the log"
+    if path.startswith("/v2"):
+        assert r.json() == {"error": message}
+    else:
+        assert r.json() == {
+            "error": {"code": "internal", "message": message, "request_id": "req-7"}
+        }
+    assert "a bug nobody mapped" in caplog.text  # the traceback is in the log
+    assert sample(metrics, "kestrel_requests_total", model="_none", route="unmatched") == 1
+
+
+@pytest.mark.parametrize(
+    ("path", "shape"),
+    [("/models/m/predict", "native"), ("/v2/models/m/infer", "v2")],
+)
+def test_refusals_before_routing_answer_in_the_routes_error_shape(
+    metrics: Metrics, path: str, shape: str
+) -> None:
+    app = wrap(echo_app, metrics, refusal=Auth(admin="a", scoring="s").refusal)
+    too_large = request(app, "POST", path, content=b"x" * 17, headers={"Authorization": "Bearer s"})
+    anonymous = request(app, "POST", path, content=b"{}")
+    assert too_large.status_code == 413 and too_large.headers["connection"] == "close"
+    assert anonymous.status_code == 401 and anonymous.headers["www-authenticate"] == "Bearer"
+    for r, what in ((too_large, "17 bytes exceeds this route's limit of 16"), (anonymous, "token")):
+        error = r.json()["error"]
+        if shape == "v2":
+            assert isinstance(error, str) and what in error
+        else:
+            assert what in error["message"] and error["request_id"] == r.headers["x-request-id"]
+    assert sample(metrics, "kestrel_requests_total", model="m", route=REFUSED_ROUTE) == 2
+    assert sample(metrics, "kestrel_rejections_total", model="m", reason="unauthorized") == 1
+    assert sample(metrics, "kestrel_rejections_total", model="m", reason="too_large") == 1
+    admitted = request(app, "POST", path, content=b"{}", headers={"X-Kestrel-Token": "s"})
+    assert admitted.status_code == 200 and admitted.content == b"{}"
