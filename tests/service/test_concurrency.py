@@ -210,7 +210,11 @@ def test_register_delete_and_predict_one_model_at_once(server: LiveServer) -> No
 
 # -- deadlines that pass in the queue --------------------------------------------------------------
 DEADLINE_MODEL = "waits"
-BIG_ROWS = 16_000  # in batches of MAX_BATCH rows: a queue that takes a while to drain
+# In batches of MAX_BATCH rows: a queue that takes seconds to drain, so that a request behind it
+# expires there and not on its way in (its deadline must outlast the arrival path on a loaded
+# machine: a 50 ms one sometimes expired before reaching the batcher).
+BIG_ROWS = 48_000
+LATE_MS = 300
 
 
 def computed_rows(live: LiveServer) -> float:
@@ -247,12 +251,12 @@ def test_deadline_passing_in_the_queue_is_never_computed(server: LiveServer) -> 
             post,
             f"/models/{DEADLINE_MODEL}/predict",
             json=x.tolist(),
-            headers={"x-kestrel-timeout-ms": "50"},
+            headers={"x-kestrel-timeout-ms": str(LATE_MS)},
         )
         v2 = pool.submit(  # the v2 timeout is in µs, as tritonclient sends it
             post,
             f"/v2/models/{DEADLINE_MODEL}/infer",
-            json={"inputs": [tensor], "parameters": {"timeout": 50_000}},
+            json={"inputs": [tensor], "parameters": {"timeout": LATE_MS * 1000}},
         )
         assert first.result().status_code == 200, first.result().text
         assert native.result().status_code == 504, native.result().text
