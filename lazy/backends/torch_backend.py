@@ -7,7 +7,7 @@ a fallback where XLA is unavailable. It does not serialize executables; "compili
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,8 +16,9 @@ import torch
 from ..dtypes import DTypePolicy
 from ..graph import Graph
 from ..node import Node
-from ..ops import Op
-from .base import Backend, CompileTimes, Lowering, Rule, run_rules
+from ..ops import ELEMENTWISE_KINDS, SPECS, Op
+from .base import Backend, CompileTimes, Lowering, Rule
+from .torch_plan import LoopStep, Plan, RuleSet
 
 _DTYPES = {
     "bool": torch.bool,
@@ -64,8 +65,39 @@ def _from_order_key(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return (t ^ _INT64_MIN).view(torch.uint64)
 
 
-def _signed_bits(rule: Rule) -> Rule:
-    """``rule`` on unsigned operands viewed as signed; an unsigned result is viewed back."""
+class _Unsigned:
+    """A rule with its lowering for unsigned operands, chosen per call; :meth:`specialise`
+    chooses once, from the node's static operand dtypes (no per-call dtype dispatch)."""
+
+    __slots__ = ("lowered", "rule", "static")
+
+    def __init__(
+        self, rule: Rule, lowered: Rule, static: Callable[[Node, Lowering], Rule] | None
+    ) -> None:
+        self.rule = rule
+        self.lowered = lowered
+        self.static = static  # the unsigned lowering for one node; None: ``lowered`` as it is
+
+    def __call__(self, n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
+        return self.lowered(n, a, low)
+
+    def specialise(self, n: Node, low: Lowering) -> Rule:
+        if not any(_DTYPES[low.dtype(i)] in _SIGNED for i in n.inputs):
+            return self.rule
+        return self.static(n, low) if self.static else self.lowered
+
+
+def specialise(rule: Rule, n: Node, low: Lowering) -> Rule:
+    """``rule`` for ``n``'s static operand dtypes (see :class:`_Unsigned`)."""
+    return rule.specialise(n, low) if isinstance(rule, _Unsigned) else rule
+
+
+def _signed_bits(rule: Rule, *, native: bool = False) -> Rule:
+    """``rule`` on unsigned operands viewed as signed; an unsigned result is viewed back.
+
+    ``native``: torch has unsigned kernels for the op (where, bitwise and/or/xor), so a node whose
+    dtypes are known needs no views.
+    """
 
     def lowered(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
         if not any(t.dtype in _SIGNED for t in a):
@@ -74,7 +106,19 @@ def _signed_bits(rule: Rule) -> Rule:
         want = _tdtype(n, low)
         return out.view(want) if want in _SIGNED else out
 
-    return lowered
+    def static(n: Node, low: Lowering) -> Rule:
+        if native:
+            return rule
+        views = [_SIGNED.get(_DTYPES[low.dtype(i)]) for i in n.inputs]
+        back = _tdtype(n, low) if _tdtype(n, low) in _SIGNED else None
+
+        def viewed(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
+            out = rule(n, [t.view(v) if v else t for t, v in zip(a, views, strict=True)], low)
+            return out.view(back) if back else out
+
+        return viewed
+
+    return _Unsigned(rule, lowered, static)
 
 
 def _signed_order(rule: Rule, *, values: bool) -> Rule:
@@ -87,7 +131,7 @@ def _signed_order(rule: Rule, *, values: bool) -> Rule:
         out = rule(n, [_order_key(t) for t in a], low)
         return _from_order_key(out, dtype) if values else out
 
-    return lowered
+    return _Unsigned(rule, lowered, None)
 
 
 def _abs(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
@@ -97,7 +141,7 @@ def _abs(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
 def _take(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
     data, idx = a
     axis = n.attr("axis") % data.ndim
-    flat = torch.index_select(data, axis, idx.reshape(-1).to(torch.int64))
+    flat = torch.index_select(data, axis, idx.reshape(-1))  # int32 or int64 indices
     return flat.reshape(low.shape(n))
 
 
@@ -158,15 +202,8 @@ def _reduce_and(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
 
 
 def _loop(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
-    # Eager: a Python loop running the body with this same rule table.
-    body = n.attr("body")
-    carry, invariants = a[0], a[1:]
-    for i in range(n.attr("trip_count")):
-        values = (torch.tensor(i, dtype=torch.int32), carry, *invariants)
-        names = dict(zip(body.input_names, values, strict=True))
-        inner = Lowering(names, {}, low.batch, low.policy)
-        (carry,) = run_rules(RULES, body, inner)
-    return carry
+    # Outside a compiled plan (a rule table run directly): compile this one loop and run it.
+    return LoopStep(n, low, RULESET)(a)
 
 
 RULES: dict[Op, Rule] = {
@@ -206,10 +243,10 @@ RULES: dict[Op, Rule] = {
     Op.LE: _signed_order(_binary(torch.le), values=False),
     Op.GT: _signed_order(_binary(torch.gt), values=False),
     Op.GE: _signed_order(_binary(torch.ge), values=False),
-    Op.AND: _signed_bits(_binary(torch.bitwise_and)),
-    Op.OR: _signed_bits(_binary(torch.bitwise_or)),
-    Op.XOR: _signed_bits(_binary(torch.bitwise_xor)),
-    Op.WHERE: _signed_bits(lambda n, a, low: torch.where(a[0], a[1], a[2])),
+    Op.AND: _signed_bits(_binary(torch.bitwise_and), native=True),
+    Op.OR: _signed_bits(_binary(torch.bitwise_or), native=True),
+    Op.XOR: _signed_bits(_binary(torch.bitwise_xor), native=True),
+    Op.WHERE: _signed_bits(lambda n, a, low: torch.where(a[0], a[1], a[2]), native=True),
     Op.CAST: lambda n, a, low: a[0].to(_tdtype(n, low)),
     Op.MATMUL: _binary(torch.matmul),
     Op.TAKE: _signed_bits(_take),
@@ -235,30 +272,109 @@ RULES: dict[Op, Rule] = {
 }
 
 
-class TorchExecutable:
-    """Runs the rule table eagerly under ``torch.inference_mode``."""
+# --- batching over loop iterations (see torch_plan) ---------------------------------------------
+# A varying value of logical shape ``s`` is held as ``(iterations, *s)``.
 
-    __slots__ = ("_graph", "_inames", "_pnames", "_policy", "bucket")
+
+def _unsqueeze(x: torch.Tensor, pad: int) -> torch.Tensor:
+    """``x`` with ``pad`` unit axes after its leading (iteration) axis."""
+    for _ in range(pad):
+        x = x.unsqueeze(1)
+    return x
+
+
+def _batched_elementwise(n: Node, varying: tuple[bool, ...], low: Lowering) -> Rule:
+    rule = specialise(RULES[n.op], n, low)
+    rank = len(n.shape)
+    # Invariant operands broadcast against the leading iteration axis as they are; a varying one
+    # of lower rank than the result needs its broadcast axes between the iteration axis and its own.
+    pads = tuple(
+        rank - len(i.shape) if v and len(i.shape) < rank else 0
+        for i, v in zip(n.inputs, varying, strict=True)
+    )
+    if not any(pads):
+        return rule
+
+    def batched(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
+        return rule(n, [_unsqueeze(x, p) for x, p in zip(a, pads, strict=True)], low)
+
+    return batched
+
+
+def _batched_take(n: Node, varying: tuple[bool, ...], low: Lowering) -> Rule | None:
+    data_varies, idx_varies = varying
+    if data_varies and idx_varies:  # a different table per iteration: left sequential
+        return None
+    data_node, idx_node = n.inputs
+    axis = n.attr("axis") % len(data_node.shape)
+    flat = len(idx_node.shape) == 0  # one index per iteration: no reshapes around index_select
+    if data_varies:
+
+        def rows(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
+            data, idx = a
+            if flat:
+                return torch.index_select(data, axis + 1, idx.reshape(1)).squeeze(axis + 1)
+            out = torch.index_select(data, axis + 1, idx.reshape(-1))
+            return out.reshape(*data.shape[: axis + 1], *idx.shape, *data.shape[axis + 2 :])
+
+        return specialise(_signed_bits(rows), n, low)
+
+    def tables(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
+        data, idx = a
+        if flat:
+            out = torch.index_select(data, axis, idx)
+        else:
+            out = torch.index_select(data, axis, idx.reshape(-1))
+            out = out.reshape(*data.shape[:axis], *idx.shape, *data.shape[axis + 1 :])
+        return out.movedim(axis, 0) if axis else out
+
+    return specialise(_signed_bits(tables), n, low)
+
+
+def batcher(n: Node, varying: tuple[bool, ...], low: Lowering) -> Rule | None:
+    """The rule computing ``n`` for a chunk of loop iterations at once, or None (see torch_plan)."""
+    if SPECS[n.op].kind in ELEMENTWISE_KINDS:
+        return _batched_elementwise(n, varying, low)
+    if n.op is Op.TAKE:
+        return _batched_take(n, varying, low)
+    return None
+
+
+def _signed(t: torch.Tensor) -> torch.Tensor:
+    return t.view(_SIGNED[t.dtype]) if t.dtype in _SIGNED else t
+
+
+def scatter(carry: torch.Tensor, axis: int, idx: torch.Tensor, values: torch.Tensor) -> None:
+    """``carry[..., idx[k], ...] = values[..., k, ...]`` along ``axis``, in place."""
+    _signed(carry).index_copy_(axis, idx.to(torch.int64), _signed(values))
+
+
+def assign(carry: torch.Tensor, axis: int, idx: int, value: torch.Tensor) -> None:
+    """``carry[..., idx, ...] = value`` along ``axis``, in place."""
+    _signed(carry).select(axis, idx).copy_(_signed(value))
+
+
+RULESET = RuleSet(RULES, batcher, scatter, assign, specialise)
+
+
+class TorchExecutable:
+    """A graph flattened once into a :class:`~.torch_plan.Plan`, run eagerly under
+    ``torch.inference_mode``."""
+
+    __slots__ = ("_plan", "bucket")
 
     def __init__(self, graph: Graph, bucket: int, policy: DTypePolicy) -> None:
-        self._graph = graph
-        self._inames = graph.input_names
-        self._pnames = [n.attr("name") for n in graph.param_nodes]
-        self._policy = policy
+        # Leaves are fed per call: the inputs, then the parameters (in param_nodes order).
+        low = Lowering({}, {}, bucket, policy)
+        leaves = (*graph.inputs, *graph.param_nodes)
+        self._plan = Plan(graph.order, leaves, graph.output_nodes, low, RULESET)
         self.bucket = bucket
 
     def __call__(self, inputs: Sequence[np.ndarray], params: Sequence[Any]) -> list[np.ndarray]:
         with torch.inference_mode():
-            low = Lowering(
-                {
-                    k: torch.from_numpy(np.ascontiguousarray(v))
-                    for k, v in zip(self._inames, inputs, strict=True)
-                },
-                dict(zip(self._pnames, params, strict=True)),
-                self.bucket,
-                self._policy,
-            )
-            return [o.contiguous().numpy() for o in run_rules(RULES, self._graph, low)]
+            leaves = [torch.from_numpy(np.ascontiguousarray(v)) for v in inputs]
+            leaves.extend(params)
+            return [o.contiguous().numpy() for o in self._plan(leaves)]
 
 
 class TorchBackend(Backend):
