@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,6 +142,7 @@ class CompiledModel:
         self.classes_ = traced.classes
         self.methods = traced.methods
         self._dtype = np.dtype(options.dtype)
+        self._decoders = _decoders(traced)
         if options.backend == "interpreter":
             self._runner = lambda feed: lz.run_program(traced.program, feed)
         else:
@@ -168,20 +169,23 @@ class CompiledModel:
     def decode(self, outputs: Mapping[str, np.ndarray]) -> dict[str, Output]:
         """Host phase: raw heads → the source's outputs (``predict`` as class labels, list-valued
         heads such as MultiOutputClassifier's ``predict_proba`` as lists of arrays)."""
-        out: dict[str, Output] = dict(outputs)
-        if "predict" in out and self.classes_ is not None:
-            out["predict"] = self.classes_[out["predict"]]
-        for method, widths in self.traced.splits.items():
-            if method in out:
-                out[method] = np.split(out[method], np.cumsum(widths)[:-1], axis=1)
-        return out
+        decoders = self._decoders
+        return {
+            method: decoders[method](raw) if method in decoders else raw
+            for method, raw in outputs.items()
+        }
 
     def _head(self, method: str, data: Any) -> Any:
+        # The per-request path of predict & co: encode, run, decode one head, with no
+        # intermediate dicts beyond the runner's own.
         if method not in self.methods:
             raise AttributeError(
                 f"this model was compiled without {method!r}; it has {list(self.methods)}"
             )
-        return self.decode({method: self.run(data)[method]})[method]
+        feed, _ = self.schema.to_feed(data, self._dtype)
+        raw = self._runner(feed)[method]
+        decoder = self._decoders.get(method)
+        return raw if decoder is None else decoder(raw)
 
     def predict(self, data: Any) -> np.ndarray:
         return self._head("predict", data)
@@ -202,3 +206,15 @@ class CompiledModel:
     def outputs(self, data: Any) -> Mapping[str, Output]:
         """Every head as the source's method returns it (see :meth:`decode`)."""
         return self.decode(self.run(data))
+
+
+def _decoders(traced: Traced) -> dict[str, Callable[[np.ndarray], Output]]:
+    """Per head that needs one, raw device output → the source's output, bound once."""
+    decoders: dict[str, Callable[[np.ndarray], Output]] = {}
+    classes = traced.classes
+    if classes is not None:
+        decoders["predict"] = classes.__getitem__  # class indices → labels
+    for method, widths in traced.splits.items():
+        cuts = np.cumsum(widths)[:-1]
+        decoders[method] = lambda raw, cuts=cuts: np.split(raw, cuts, axis=1)
+    return decoders

@@ -83,10 +83,14 @@ class CompiledGraph:
         self.ready = False
         policy = options.dtype_policy
         self._policy = policy
+        # Everything the hot path needs that does not change between calls, computed once:
+        # (name, row shape, dtype, ndim) per input, bucket sizes, parameters on the device.
         self._inputs = [
-            (n.attr("name"), n.shape[1:], np.dtype(policy.lower(n.dtype))) for n in graph.inputs
+            (n.attr("name"), n.shape[1:], np.dtype(policy.lower(n.dtype)), len(n.shape))
+            for n in graph.inputs
         ]
         self._outputs = graph.output_names
+        self._sizes = self.buckets.sizes
         self._params = self.backend.prepare_params(graph.param_values(), policy)
         self._fingerprint = self.backend.fingerprint()
         self._exes: list[Executable | None] = [None] * len(self.buckets)
@@ -125,31 +129,33 @@ class CompiledGraph:
         """Compile (or load) bucket ``index`` and run it once on zeros."""
         bucket = self.buckets.sizes[index]
         exe = self._executable(index, CompileCause.WARMUP)
-        dummy = [np.zeros((bucket, *shape), dtype) for _, shape, dtype in self._inputs]
+        dummy = [np.zeros((bucket, *shape), dtype) for _, shape, dtype, _ in self._inputs]
         exe(dummy, self._params)
 
     # -- running -----------------------------------------------------------------------------
     def __call__(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        return dict(zip(self._outputs, self.run_list(inputs), strict=True))
+
+    def run_list(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
+        """The outputs in :attr:`output_names` order: the per-request hot path (``__call__``
+        and :class:`CompiledProgram` build their dicts from it)."""
         arrays, rows = self._validate(inputs)
-        self.stats.calls += 1
-        self.stats.rows += rows
+        stats = self.stats
+        stats.calls += 1
+        stats.rows += rows
+        if 0 < rows <= self.buckets.max_batch:
+            return self._run(arrays, rows)
         if rows == 0:
             return self._empty()
-        if rows <= self.buckets.max_batch:
-            outs = self._run(arrays, rows)
-        else:
-            parts = [
-                self._run([a[i:j] for a in arrays], j - i) for i, j in self.buckets.chunks(rows)
-            ]
-            outs = [np.concatenate(p, axis=0) for p in zip(*parts, strict=True)]
-        return dict(zip(self._outputs, outs, strict=True))
+        parts = [self._run([a[i:j] for a in arrays], j - i) for i, j in self.buckets.chunks(rows)]
+        return [np.concatenate(p, axis=0) for p in zip(*parts, strict=True)]
 
     def _run(self, arrays: list[np.ndarray], rows: int) -> list[np.ndarray]:
         index = self.buckets.index(rows)
-        bucket = self.buckets.sizes[index]
         self.stats.chunks += 1
         exe = self._exes[index] or self._executable(index, CompileCause.ON_DEMAND)
-        if bucket == rows:
+        bucket = self._sizes[index]
+        if bucket == rows:  # an exact bucket: no padded copy, no output slice
             return exe(arrays, self._params)
         self.stats.padded_rows += bucket - rows
         outs = exe([pad_rows(a, bucket) for a in arrays], self._params)
@@ -158,13 +164,18 @@ class CompiledGraph:
     def _validate(self, inputs: Mapping[str, Any]) -> tuple[list[np.ndarray], int]:
         arrays = []
         rows = -1
-        for name, shape, dtype in self._inputs:
+        for name, shape, dtype, ndim in self._inputs:
             try:
                 value = inputs[name]
             except KeyError:
                 raise InputError(f"missing input {name!r}; expected {self.input_names}") from None
-            array = np.asarray(value, dtype=dtype)
-            if array.shape[1:] != shape or array.ndim != len(shape) + 1:
+            # An array already of the declared type passes as is (the common, encoded case;
+            # builtin dtypes are singletons, so ``is`` spares numpy's dtype comparison).
+            if type(value) is np.ndarray and value.dtype is dtype:
+                array = value
+            else:
+                array = np.asarray(value, dtype=dtype)
+            if array.ndim != ndim or array.shape[1:] != shape:
                 raise InputError(
                     f"input {name!r} must have shape (rows, {', '.join(map(str, shape))}), "
                     f"got {array.shape}"
@@ -176,15 +187,32 @@ class CompiledGraph:
             arrays.append(array)
         return arrays, max(rows, 0)
 
-    def _empty(self) -> dict[str, np.ndarray]:
-        return {
-            name: np.empty(concrete(node.shape, 0), self._policy.lower(node.dtype))
-            for name, node in self.graph.outputs
-        }
+    def _empty(self) -> list[np.ndarray]:
+        return [
+            np.empty(concrete(node.shape, 0), self._policy.lower(node.dtype))
+            for _, node in self.graph.outputs
+        ]
+
+    def executable(self, rows: int) -> Executable:
+        """The executable a call of ``rows`` rows (1..max_batch) runs, compiled on demand as such
+        a call would; with :attr:`params` it is everything the call dispatches (benchmarks)."""
+        if not 1 <= rows <= self.buckets.max_batch:
+            raise InputError(f"rows must be in 1..{self.buckets.max_batch}, got {rows}")
+        index = self.buckets.index(rows)
+        return self._exes[index] or self._executable(index, CompileCause.ON_DEMAND)
+
+    @property
+    def params(self) -> Any:
+        """The parameter values as the backend placed them, once (on the device for JAX)."""
+        return self._params
 
     @property
     def input_names(self) -> tuple[str, ...]:
-        return tuple(name for name, _, _ in self._inputs)
+        return tuple(name for name, _, _, _ in self._inputs)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(self._outputs)
 
     @property
     def executables(self) -> int:
@@ -203,10 +231,19 @@ class CompiledProgram:
             CompiledGraph(s.graph, options, cache) if isinstance(s, GraphStage) else s
             for s in program.stages
         ]
-        # One graph stage and nothing else (the common case): call it directly.
+        # One graph stage and nothing else (the common case): call it directly and name its
+        # output list by position, found once here rather than by name on every call.
         only = self.stages[0] if len(self.stages) == 1 else None
         self._only: CompiledGraph | None = only if isinstance(only, CompiledGraph) else None
-        self._renames = [(name, ref) for name, ref in program.outputs]
+        self._names = program.output_names
+        self._picks: list[int] | None = None  # None: the graph's outputs are in program order
+        if self._only is not None:
+            position = {ref: i for i, ref in enumerate(self._only.output_names)}
+            picks = [position.get(ref, -1) for _, ref in program.outputs]
+            if -1 in picks:  # an output no graph computes (an input passed through): general path
+                self._only = None
+            elif picks != list(range(len(self._only.output_names))):
+                self._picks = picks
 
     @property
     def graphs(self) -> list[CompiledGraph]:
@@ -222,8 +259,10 @@ class CompiledProgram:
 
     def __call__(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         if self._only is not None:
-            out = self._only(inputs)
-            return {name: out[ref] for name, ref in self._renames}
+            outs = self._only.run_list(inputs)
+            if self._picks is not None:
+                outs = [outs[i] for i in self._picks]
+            return dict(zip(self._names, outs, strict=True))
         return run_stages(self.program, self.stages, inputs)
 
 

@@ -134,3 +134,26 @@ def test_a_list_valued_head_is_one_device_output_split_on_the_host(data) -> None
         for g, e in zip(got, expected, strict=True):
             np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(model.predict(frame), est.predict(frame))
+
+
+# -- a float matrix: the per-request fast path of encoding -------------------------------------
+def test_a_float32_matrix_is_encoded_without_a_copy(model, data) -> None:
+    x = np.ascontiguousarray(data[0].to_numpy(np.float32)[:3])
+    feed, rows = model.encode(x)
+    assert rows == 3 and feed["x"] is x
+    float64 = model.encode(x.astype(np.float64))[0]["x"]
+    assert float64.dtype == np.float32 and np.array_equal(float64, x)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_nan_in_a_float_matrix_is_refused_by_column_and_row(model, data, dtype) -> None:
+    x = data[0].to_numpy(dtype)[:5].copy()
+    x[3, 2] = np.nan
+    with pytest.raises(compiler.SchemaError, match="column 'c', row 3: missing value"):
+        model.predict_proba(x)
+
+
+def test_infinities_in_a_float_matrix_are_not_missing_values(model, data) -> None:
+    x = data[0].to_numpy(np.float32)[:2].copy()
+    x[0, 0], x[0, 1] = np.inf, -np.inf  # their sum is NaN, yet no value is missing
+    np.testing.assert_array_equal(model.predict_proba(x), model.predict_proba(x.tolist()))

@@ -133,3 +133,91 @@ def test_x64_policy_keeps_64_bit_types_when_jax_has_x64() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "ok"
+
+
+# -- the per-call hot path ----------------------------------------------------------------------
+class _Recording:
+    """A real executable that also records the input arrays each call hands it."""
+
+    def __init__(self, exe: lz.backends.Executable, seen: list[list[np.ndarray]]) -> None:
+        self.exe, self.seen = exe, seen
+
+    def __call__(self, inputs, params):
+        self.seen.append(list(inputs))
+        return self.exe(inputs, params)
+
+
+def _recording_backend():
+    from lazy.backends.jax_backend import JaxBackend
+
+    class RecordingJax(JaxBackend):
+        """The JAX backend, its executables wrapped in :class:`_Recording`."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[list[np.ndarray]] = []
+
+        def compile(self, graph, bucket, policy):
+            exe, times = super().compile(graph, bucket, policy)
+            return _Recording(exe, self.seen), times
+
+    return RecordingJax()
+
+
+def test_an_exact_bucket_runs_the_callers_rows_without_a_padded_copy(graph, cache) -> None:
+    backend = _recording_backend()
+    compiled = lz.compile(graph, lz.Options(backend=backend, max_batch=8), cache).graphs[0]
+    backend.seen.clear()  # the warm-up calls
+    x = _x(4)
+    out = compiled({"x": x})
+    assert backend.seen[-1][0] is x  # the caller's array itself reached the executable
+    assert compiled.stats.padded_rows == 0 and out["proba"].shape == (4, 3)
+    compiled({"x": _x(3)})
+    assert backend.seen[-1][0].shape == (4, 6) and compiled.stats.padded_rows == 1
+    np.testing.assert_allclose(out["proba"], lz.evaluate(graph, {"x": x})["proba"], rtol=1e-5)
+
+
+def test_parameters_are_not_transferred_per_call(graph, cache, capfd) -> None:
+    import jax
+
+    compiled = lz.compile(graph, lz.Options(max_batch=8), cache).graphs[0]
+    x = _x(4)
+    assert len(compiled.params) >= 2  # the optimized graph's parameters
+    capfd.readouterr()
+    with jax.transfer_guard_host_to_device("log"):  # logs every implicit host → device copy
+        for _ in range(3):
+            compiled({"x": x})
+    # One per call (the rows); parameters passed from the host would add theirs to each call.
+    assert capfd.readouterr().err.count("host-to-device transfer") == 3
+
+    exe, rows = compiled.executable(4), jax.device_put(x)
+    with jax.transfer_guard_host_to_device("disallow"):
+        out = exe([rows], compiled.params)  # device rows and resident params: nothing to copy
+        with pytest.raises(Exception, match="Disallowed host-to-device transfer"):
+            exe([rows], [np.asarray(p) for p in compiled.params])  # the guard is live
+    expected = compiled.run_list({"x": x})
+    for got, want in zip(out, expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_executable_is_the_bucket_a_call_would_run(graph, cache) -> None:
+    compiled = lz.compile(graph, lz.Options(max_batch=8), cache).graphs[0]
+    assert compiled.executable(3) is compiled.executable(4)  # both run the 4-row bucket
+    for rows in (0, 9):
+        with pytest.raises(lz.InputError, match=rf"rows must be in 1\.\.8, got {rows}"):
+            compiled.executable(rows)
+
+
+def test_a_program_output_named_twice_reads_one_graph_output(cache) -> None:
+    b = lz.Builder()
+    x = b.input("x", (2,))
+    doubled = x * 2.0
+    program = b.build({"first": doubled, "again": doubled, "plus": x + 1.0})
+    compiled = lz.compile(program, lz.Options(max_batch=4), cache)
+    assert compiled.graphs[0].output_names and len(compiled.graphs[0].output_names) == 2
+    feed = {"x": np.arange(6, dtype=np.float32).reshape(3, 2)}
+    out = compiled(feed)
+    assert list(out) == ["first", "again", "plus"]
+    np.testing.assert_array_equal(out["first"], feed["x"] * 2)
+    np.testing.assert_array_equal(out["again"], feed["x"] * 2)
+    np.testing.assert_array_equal(out["plus"], feed["x"] + 1)
