@@ -27,6 +27,10 @@ class Context:
         self._names: set[str] = set()
         self._step: StepReport | None = None
         self._code_inputs: dict[int, lz.LazyTensor] = {}
+        # Raw input columns that tree splits read verbatim, by the precision the source compares
+        # them in (see :meth:`tree_decisions_on`).
+        self._compared_float64: set[int] = set()
+        self._compared_float32: set[int] = set()
 
     @property
     def dtype(self) -> str:
@@ -35,6 +39,29 @@ class Context:
     @property
     def path(self) -> str:
         return "/".join(self._path)
+
+    # -- input rounding ------------------------------------------------------------------------
+    def tree_decisions_on(self, features: Features, *, float64: bool) -> None:
+        """Record that tree splits compare ``features`` (``float64``: the source compares the
+        float64 value, as HistGradientBoosting and LightGBM do; else ``float32(x)``, as
+        scikit-learn's ``tree_`` and XGBoost do). See :meth:`round_down_columns`."""
+        verbatim = {s for s in features.sources if s is not None}
+        (self._compared_float64 if float64 else self._compared_float32).update(verbatim)
+
+    def round_down_columns(self) -> frozenset[int]:
+        """Raw columns the host should round toward -inf when it narrows them to float32.
+
+        A float32 graph compares ``float32(x) <= t32``, ``t32`` the largest float32 not above
+        ``t`` (exact for float32 inputs). For a source comparing the float64 ``x <= t``, rounding
+        ``x`` to nearest puts an ``x`` equal to ``t`` — common: thresholds are data values —
+        above ``t32`` when it rounds up, on the wrong side; rounding down keeps every ``x <= t``
+        on its side and leaves only ``x`` strictly inside ``(t, next float32)`` misjudged.
+        Columns also read by float32-comparing splits keep round-to-nearest (what those sources
+        do themselves); a float64 graph needs no rounding.
+        """
+        if self.dtype != "float32":
+            return frozenset()
+        return frozenset(self._compared_float64 - self._compared_float32)
 
     # -- converting ----------------------------------------------------------------------------
     def convert(self, estimator: Any, features: Features, name: str) -> Heads:

@@ -50,6 +50,7 @@ def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None 
     # (xgboost.Booster predicts only on a DMatrix).
     if not heads.extra.get("accepts_nan"):
         ctx.schema.rejects_nan = _columns_rejecting_nan(estimator, ctx.schema, sample)
+    ctx.schema.round_down = ctx.round_down_columns()
     report = ctx.report
     report.methods = methods
     report.graph_nodes = sum(len(g.order) for g in program.graphs)

@@ -202,6 +202,9 @@ class InputSchema:
     vocabularies: dict[int, Vocabulary] = field(default_factory=dict)
     #: Columns where the source estimator raises on a missing value; so must the compiled model.
     rejects_nan: frozenset[int] = frozenset()
+    #: Columns narrowed to float32 rounding toward -inf, not to nearest: those only tree splits
+    #: of float64-comparing sources read (``Context.round_down_columns`` says why).
+    round_down: frozenset[int] = frozenset()
 
     @property
     def names(self) -> list[str]:
@@ -229,6 +232,13 @@ class InputSchema:
     # -- rows → arrays -----------------------------------------------------------------------
     def to_feed(self, data: Any, dtype: Any = np.float64) -> tuple[dict[str, np.ndarray], int]:
         """The graph inputs for ``data`` (``x`` in ``dtype``) and its number of rows."""
+        if self.round_down and np.dtype(dtype) == np.float32:
+            feed, rows = self._to_feed(data, np.float64)
+            feed["x"] = narrow_rounding_down(feed["x"], self.round_down)
+            return feed, rows
+        return self._to_feed(data, dtype)
+
+    def _to_feed(self, data: Any, dtype: Any) -> tuple[dict[str, np.ndarray], int]:
         # Fast path, once per request: a float matrix of the right width for an all-numeric
         # model needs no per-column work. When every column rejects NaN, x·x (one BLAS dot;
         # squares are >= 0, so no inf - inf) is NaN exactly when some value is.
@@ -338,6 +348,23 @@ class InputSchema:
         if array.shape[1] != n:
             raise SchemaError(f"expected {n} columns ({self.names}), got {array.shape[1]}")
         return [array[:, j] for j in range(n)]
+
+
+def narrow_rounding_down(x: np.ndarray, columns: frozenset[int]) -> np.ndarray:
+    """``x`` (float64, 2-D) as float32: ``columns`` rounded toward -inf (the largest float32 not
+    above each value; beyond float32's range, its largest finite value), the rest to nearest.
+    NaN stays NaN."""
+    with np.errstate(over="ignore"):  # beyond float32's range: inf, then the largest below
+        narrow = x.astype(np.float32)
+    every = len(columns) == x.shape[1]
+    index = slice(None) if every else sorted(columns)
+    part = narrow if every else narrow[:, index]
+    rounded_up = part.astype(np.float64) > (x if every else x[:, index])
+    if rounded_up.any():
+        part[rounded_up] = np.nextafter(part[rounded_up], np.float32(-np.inf))
+        if not every:
+            narrow[:, index] = part
+    return narrow
 
 
 def _has_str(data: Any) -> bool:

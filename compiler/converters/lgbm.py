@@ -205,6 +205,7 @@ def _booster_output(booster: Any, features: Features, ctx: Context) -> lz.LazyTe
     parsed = _parse(dump, features.width)
     x = _decision_columns(features.values, parsed, ctx)
     ctx.note(f"objective: {objective.name}")
+    ctx.tree_decisions_on(features, float64=True)  # LightGBM compares doubles
     return _transform(leaf_sum(parsed.ensemble, x, ctx), objective)
 
 

@@ -76,6 +76,7 @@ def forest_classifier(est: Any, features: Features, ctx: Context) -> Heads:
     trees = tuple(
         from_sklearn_tree(m.tree_, m.tree_.value[:, 0, :] / len(members)) for m in members
     )
+    ctx.tree_decisions_on(features, float64=False)
     proba = leaf_sum(Ensemble(trees, features.width, float32_inputs=True), features.values, ctx)
     return Heads(
         {"predict_proba": proba, "predict": lz.argmax(proba, axis=1)}, classes=est.classes_
@@ -95,6 +96,7 @@ def forest_regressor(est: Any, features: Features, ctx: Context) -> Heads:
     trees = tuple(
         from_sklearn_tree(m.tree_, m.tree_.value[:, :, 0] / len(members)) for m in members
     )
+    ctx.tree_decisions_on(features, float64=False)
     out = leaf_sum(Ensemble(trees, features.width, float32_inputs=True), features.values, ctx)
     return Heads({"predict": _squeeze(out)})
 
@@ -130,6 +132,7 @@ def _gradient_boosting(est: Any, features: Features, ctx: Context) -> lz.LazyTen
             value[:, j] = est.learning_rate * tree.value[:, 0, 0]
             trees.append(from_sklearn_tree(tree, value))
     ensemble = Ensemble(tuple(trees), features.width, float32_inputs=True)
+    ctx.tree_decisions_on(features, float64=False)
     raw = leaf_sum(ensemble, features.values, ctx)
     init = _constant_init(est)
     return raw + ctx.param(init, "init") if np.any(init != 0) else raw
@@ -203,7 +206,8 @@ def _hist_gradient_boosting(est: Any, features: Features, ctx: Context) -> lz.La
     )
     if not trees:  # stopped before the first iteration: the baseline alone
         raise UnsupportedError(f"{type(est).__name__} has no trees (n_iter_ == 0)")
-    # HistGradientBoosting compares float64 values: no float32 rounding of the input.
+    # HistGradientBoosting compares float64 values: no float32 rounding of the thresholds.
+    ctx.tree_decisions_on(features, float64=True)
     raw = leaf_sum(Ensemble(trees, int(x.shape[1]), float32_inputs=False), x, ctx)
     baseline = np.asarray(est._baseline_prediction, np.float64).reshape(-1)
     return raw + ctx.param(baseline, "baseline") if np.any(baseline != 0) else raw
@@ -260,6 +264,7 @@ def isolation_forest(est: Any, features: Features, ctx: Context) -> Heads:
             from_sklearn_tree(member.tree_, leaf[:, None], columns if subsampled else None)
         )
     ensemble = Ensemble(tuple(trees), features.width, float32_inputs=True)
+    ctx.tree_decisions_on(features, float64=False)
     depths = _squeeze(leaf_sum(ensemble, features.values, ctx))
     denominator = len(est.estimators_) * float(_average_path_length([est._max_samples])[0])
     if denominator == 0:  # scikit-learn scores 1 when every tree has one sample

@@ -180,6 +180,7 @@ def _booster_output(
     base = float32_from_text(str(param["base_score"]).strip("[]").split(","))
     margin = np.broadcast_to(_margin(base, objective), (k,))
     ctx.note(f"objective: {objective}")
+    ctx.tree_decisions_on(features, float64=False)  # XGBoost compares float32(x)
     raw = leaf_sum(ensemble, x, ctx) + ctx.param(margin, "base_margin")
     if objective in _IDENTITY:
         return raw

@@ -1,0 +1,96 @@
+"""Float64 inputs of float64-comparing trees (HistGradientBoosting, LightGBM) are narrowed to
+float32 rounding down, so that a value equal to a threshold — thresholds are data values — takes
+the source's branch."""
+
+from __future__ import annotations
+
+import lightgbm as lgb
+import numpy as np
+import pytest
+from sklearn.ensemble import (
+    HistGradientBoostingClassifier,
+    RandomForestClassifier,
+    VotingClassifier,
+)
+
+import compiler
+from compiler.schema import narrow_rounding_down
+
+
+def rounded_data(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A few decimals, as clients send: many training values are split thresholds."""
+    rng = np.random.default_rng(seed)
+    x = np.round(rng.normal(size=(3000, 6)), 4)
+    y = (x[:, 0] + x[:, 1] * x[:, 2] - 0.3 * x[:, 3] > 0).astype(int)
+    return x, y
+
+
+def test_narrowing_rounds_the_chosen_columns_down_and_the_rest_to_nearest() -> None:
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2000, 3)) * 10.0 ** rng.integers(-30, 30, size=(2000, 3))
+    x[0] = [np.nan, np.inf, -np.inf]
+    x[1] = [1e39, -1e39, 3.4e38]  # beyond float32's range
+    x[2] = np.float32([0.1, -0.1, 1.5]).astype(np.float64)  # float32 values stay themselves
+    got = narrow_rounding_down(x, frozenset({0, 1}))
+    assert got.dtype == np.float32
+    down, near = got[:, :2].astype(np.float64), got[:, 2]
+    finite = np.isfinite(x[:, :2]) & (np.abs(x[:, :2]) <= np.finfo(np.float32).max)
+    assert (down[finite] <= x[:, :2][finite]).all()
+    with np.errstate(over="ignore"):
+        above = np.nextafter(got[:, :2], np.float32(np.inf)).astype(np.float64)
+    assert (above[finite] > x[:, :2][finite]).all()  # the largest float32 not above
+    assert np.array_equal(near, x[:, 2].astype(np.float32), equal_nan=True)
+    assert np.isnan(got[0, 0]) and got[0, 1] == np.inf
+    assert got[1, 0] == np.finfo(np.float32).max and got[1, 1] == -np.inf
+    assert np.array_equal(got[2], np.float32([0.1, -0.1, 1.5]))
+
+
+def _decision_paths_match(compiled: compiler.CompiledModel, model, x: np.ndarray) -> None:
+    # A branch taken the other way moves a leaf value (>= 1e-3 here); float32 sums drift ~1e-6.
+    got = compiled.predict_proba(x)
+    np.testing.assert_allclose(got, model.predict_proba(x), rtol=0, atol=1e-5)
+    assert np.array_equal(compiled.predict(x), model.predict(x))
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        HistGradientBoostingClassifier(max_iter=50, random_state=0),
+        lgb.LGBMClassifier(n_estimators=50, num_leaves=31, verbose=-1, random_state=0),
+    ],
+    ids=["histgb", "lightgbm"],
+)
+def test_float64_comparing_trees_take_the_sources_branch_at_thresholds(model) -> None:
+    x, y = rounded_data()
+    model.fit(x, y)
+    compiled = compiler.compile(model)
+    assert compiled.traced.schema.round_down == frozenset(range(6))
+    _decision_paths_match(compiled, model, x)  # the training rows: thresholds among them
+
+
+def test_hist_gradient_boosting_thresholds_are_data_values_here() -> None:
+    """The case the rounding is for exists: with nearest rounding some rows flip."""
+    x, y = rounded_data()
+    model = HistGradientBoostingClassifier(max_iter=50, random_state=0).fit(x, y)
+    thresholds = {
+        (int(n["feature_idx"]), float(n["num_threshold"]))
+        for predictors in model._predictors
+        for p in predictors
+        for n in p.nodes
+        if not n["is_leaf"]
+    }
+    on_threshold = sum(
+        1 for f, t in thresholds if np.any(x[:, f] == t) and np.float32(t) > np.float64(t)
+    )
+    assert on_threshold > 0  # thresholds equal to data values that round up in float32
+
+
+def test_columns_also_read_by_float32_comparing_trees_keep_nearest_rounding() -> None:
+    x, y = rounded_data()
+    hist = HistGradientBoostingClassifier(max_iter=10, random_state=0)
+    forest = RandomForestClassifier(n_estimators=5, max_depth=4, random_state=0)
+    both = VotingClassifier([("h", hist), ("f", forest)], voting="soft").fit(x, y)
+    assert compiler.trace(both).schema.round_down == frozenset()
+    alone = hist.fit(x, y)
+    options = compiler.CompileOptions(dtype="float64")
+    assert compiler.trace(alone, options=options).schema.round_down == frozenset()
