@@ -1,7 +1,8 @@
 """Fit compiler/trees/cost.py's model to ``bench/tree_strategies.py --json`` measurements.
 
 Each strategy's cost, in ns per row on the largest batch measured, is a linear function of the
-ensemble's shape (T trees, depth D, L leaves per tree, I = L - 1 splits per tree) with
+ensemble's shape (T trees, depth D, L leaves per tree, I = L - 1 splits per tree, ΣD the sum
+of the trees' own depths) with
 non-negative coefficients, fitted for relative error. Prints the coefficients, each
 measurement against the fit, and how much slower than the fastest strategy the fitted choice
 is at every batch size (the regret ``auto`` would have).
@@ -54,6 +55,12 @@ MODELS: dict[str, tuple[tuple[str, ...], Features, Callable[[dict[str, Any]], bo
         ("1", "T·I·L"),
         lambda r: [1.0, r["n_trees"] * (r["leaves"] - 1) * r["leaves"]],
         lambda r: True,
+    ),
+    # ΣD: the sum of the trees' own depths (measurements before it was recorded lack it).
+    "treewise": (
+        ("1", "ΣD"),
+        lambda r: [1.0, r["levels"]],
+        lambda r: "levels" in r,
     ),
 }
 

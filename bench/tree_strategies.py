@@ -190,18 +190,20 @@ def _cpu_ms(fn: Predict, rows: Any, sample_s: float = 0.05) -> float:
 
 def _shape(report: Any) -> dict[str, Any]:
     """The compile report's tree note (one of a step's '; '-separated details) as fields:
-    'trees: <strategy> (<T> trees, depth <D>, <N> nodes, up to <L> leaves per tree)'."""
+    'trees: <strategy> (<T> trees, depth <D>, <N> nodes, up to <L> leaves per tree, <S> levels
+    in all)', S the sum of the trees' depths."""
     note = next(
         d for step in report.steps for d in step.detail.split("; ") if d.startswith("trees: ")
     )
     name, rest = note.removeprefix("trees: ").split(" (", 1)
-    trees, depth, nodes, leaves = rest.rstrip(")").split(", ")
+    trees, depth, nodes, leaves, levels = rest.rstrip(")").split(", ")
     return {
         "auto": name,
         "n_trees": int(trees.removesuffix(" trees")),
         "depth": int(depth.removeprefix("depth ")),
         "nodes": int(nodes.removesuffix(" nodes")),
         "leaves": int(leaves.removeprefix("up to ").removesuffix(" leaves per tree")),
+        "levels": int(levels.removesuffix(" levels in all")),
     }
 
 

@@ -13,6 +13,12 @@ trees, HistGB, LightGBM and XGBoost.
 - hybrid: 171 + 0.24·T·min(I, 31) + 4.5·T·(D − 5), for D > 5 (shallower, it is the bitvector):
   the dense top five levels, then traversal steps.
 - gemm: 361 + 0.135·T·I·L — path matrices; never the cheapest on the grid but for tiny models.
+- treewise: 90 + 3.7·ΣD, ΣD the sum of the trees' own depths — one tree at a time, each to its own
+  depth (fitted to RF 100 × depth 8, 10 and unlimited at 10k rows, in the 2k-row blocks the JAX
+  lowering gives tree walks; the other terms predate those blocks, which sped the lockstep
+  walks ~1.3× at depth 8, so the term is set between their fits: it loses to the hybrid at
+  depth ≤ 10 as measured, and wins for unlimited depth, 2.2× faster than the hybrid there; the
+  intercept, a loop per depth group, leaves tiny models to the bit-vectors).
 
 Measured picture: bit-vectors win wherever trees have at most 32 leaves (boosting with 31
 leaves: HistGB and LightGBM 10–15× faster than traversal; shallow forests); the hybrid wins for
@@ -39,12 +45,18 @@ def shape(ensemble: Ensemble) -> tuple[int, int, int, int]:
     return len(ensemble.trees), ensemble.max_depth, splits, ensemble.max_leaves
 
 
+def levels(ensemble: Ensemble) -> int:
+    """ΣD: the sum over trees of each tree's own depth (the treewise strategy's steps per row)."""
+    return sum(t.max_depth for t in ensemble.trees)
+
+
 def costs(ensemble: Ensemble) -> dict[str, float]:
     """Estimated ns per row of each candidate strategy for ``auto``."""
     t, d, i, leaves = shape(ensemble)
     out = {
         "traversal": 40.0 + 4.0 * t * d,
         "gemm": 361.0 + 0.135 * t * i * leaves,
+        "treewise": 90.0 + 3.7 * levels(ensemble),
     }
     if t << d <= PERFECT_AUTO_LEAVES:
         out["perfect"] = 27.0 + 3.9 * t * d

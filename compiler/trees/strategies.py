@@ -35,11 +35,11 @@ import lazy as lz
 
 from ..context import Context
 from ..errors import UnsupportedError
-from .cost import costs
+from .cost import costs, levels
 from .model import Ensemble, float32_floor
 from .splits import split_columns
 
-STRATEGIES = ("auto", "gemm", "traversal", "perfect", "bitvector", "hybrid")
+STRATEGIES = ("auto", "gemm", "traversal", "perfect", "bitvector", "hybrid", "treewise")
 
 #: auto considers GEMM up to this many padded (tree, split, leaf) matrix entries.
 GEMM_AUTO_ENTRIES = 1 << 16
@@ -350,6 +350,7 @@ def gemm(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
 # These build on this module's helpers, which are defined by the time the imports run.
 from .hybrid import hybrid  # noqa: E402
 from .quickscorer import bitvector  # noqa: E402
+from .treewise import treewise  # noqa: E402
 
 Strategy = Callable[[Ensemble, lz.LazyTensor, Context], lz.LazyTensor]
 IMPLEMENTED: dict[str, Strategy] = {
@@ -358,6 +359,7 @@ IMPLEMENTED: dict[str, Strategy] = {
     "gemm": gemm,
     "bitvector": bitvector,
     "hybrid": hybrid,
+    "treewise": treewise,
 }
 
 
@@ -403,6 +405,7 @@ def leaf_sum(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTenso
     name = choose(ensemble, ctx.options.tree_strategy)
     ctx.note(
         f"trees: {name} ({len(ensemble.trees)} trees, depth {ensemble.max_depth}, "
-        f"{ensemble.n_nodes} nodes, up to {ensemble.max_leaves} leaves per tree)"
+        f"{ensemble.n_nodes} nodes, up to {ensemble.max_leaves} leaves per tree, "
+        f"{levels(ensemble)} levels in all)"
     )
     return IMPLEMENTED[name](ensemble, x, ctx)

@@ -27,7 +27,7 @@ from ..errors import BackendError
 from ..graph import Graph
 from ..node import Node
 from ..ops import Op
-from ..shapes import is_batched
+from ..shapes import is_batched, static_size
 from .base import Backend, CompileTimes, Lowering, Rule, run_rules
 
 _GATHER = "promise_in_bounds"
@@ -38,6 +38,31 @@ _PRECISION = lax.Precision.HIGHEST
 #: per-tree tables for 100k rows (40 MB at T = 100) outgrow the caches — 100 trees of depth 8
 #: on 100k rows took 604 ms in one pass, 212 ms in 7 blocks (10k rows: 35 ms in one).
 ROW_BLOCK = 16384
+#: Graphs that gather single values from batched rows inside a loop (tree walks: a row's feature
+#: at its node, every step) take blocks whose gathered rows fit this many bytes, so the steps'
+#: random reads hit L2: a 100-tree forest of depth ~20 walked tree by tree ran 2x faster in
+#: 2048-row blocks than in one 10k-row pass; depth 8 lockstep walks ~1.3x.
+GATHER_BLOCK_BYTES = 1 << 18
+
+
+def gather_row_block(graph: Graph, policy: DTypePolicy, row_block: int) -> int:
+    """Rows per block for ``graph``: ``row_block``, or fewer where a loop body gathers from
+    batched rows (TAKE_ALONG) — as many as keep the widest gathered rows in GATHER_BLOCK_BYTES."""
+    widest = 0
+    bodies = [n.attr("body") for n in graph.order if n.op is Op.LOOP]
+    while bodies:
+        body = bodies.pop()
+        for node in body.order:
+            if node.op is Op.LOOP:
+                bodies.append(node.attr("body"))
+            elif node.op is Op.TAKE_ALONG and is_batched(node.inputs[0].shape):
+                data = node.inputs[0]
+                itemsize = np.dtype(policy.lower(data.dtype)).itemsize
+                widest = max(widest, static_size(data.shape) * itemsize)
+    if widest == 0:
+        return row_block
+    # Not below 256 rows: per-block loop overhead would then outweigh the cache misses saved.
+    return min(row_block, max(256, GATHER_BLOCK_BYTES // widest))
 
 
 def _unary(fn: Any) -> Rule:
@@ -223,7 +248,10 @@ class JaxExecutable:
         return outs
 
     def __call__(self, inputs: Sequence[np.ndarray], params: Sequence[Any]) -> list[np.ndarray]:
-        return [np.asarray(o) for o in self._call(*inputs, *params)]
+        # ``params`` are the device arrays ``prepare_params`` placed once: nothing but the rows
+        # is copied in. ``np.asarray`` of a CPU result is a zero-copy view (buffer protocol);
+        # map() runs it without a Python frame per output.
+        return list(map(np.asarray, self._call(*inputs, *params)))
 
 
 class JaxBackend(Backend):
@@ -247,6 +275,7 @@ class JaxBackend(Backend):
                 f"x64={bool(jax.config.jax_enable_x64)}",
                 f"xla_flags={os.environ.get('XLA_FLAGS', '')}",
                 f"row_block={self.row_block}",
+                f"gather_block_bytes={GATHER_BLOCK_BYTES}",
             ]
         )
 
@@ -283,7 +312,7 @@ class JaxBackend(Backend):
             )
             return tuple(run_rules(RULES, graph, low))
 
-        blocks = -(-bucket // self.row_block)
+        blocks = -(-bucket // gather_row_block(graph, policy, self.row_block))
         size = -(-bucket // blocks)  # rows per block: the least padding for that many blocks
 
         def fn(*args: Any) -> tuple[Any, ...]:

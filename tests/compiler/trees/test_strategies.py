@@ -20,6 +20,7 @@ from compiler.trees.cost import HYBRID_TOP_LEVELS, costs
 from compiler.trees.hybrid import TOP_LEVELS
 from compiler.trees.quickscorer import bit_tables
 from compiler.trees.strategies import IMPLEMENTED
+from compiler.trees.treewise import treewise_tables
 
 N_FEATURES = 5
 
@@ -51,6 +52,22 @@ def random_tree(rng: np.random.Generator, depth: int, k: int, grid: np.ndarray) 
         np.array(right),
         np.array(missing),
         np.array(value),
+    )
+
+
+def spine_tree(depth: int) -> Tree:
+    """A tree of ``depth`` splits in a chain (each right child splits again): deep but small."""
+    n = 2 * depth + 1
+    split = np.arange(n) % 2 == 0
+    split[-1] = False
+    ids = np.arange(n)
+    return Tree(
+        np.where(split, ids // 2 % N_FEATURES, 0),
+        np.where(split, 0.0, np.inf),
+        np.where(split, ids + 1, -1),
+        np.where(split, ids + 2, -1),
+        np.ones(n, bool),
+        np.ones((n, 1)),
     )
 
 
@@ -208,17 +225,19 @@ def test_float32_floor() -> None:
 def test_auto_and_unsupported_strategies() -> None:
     # The cost model's regimes (compiler/trees/cost.py): bit-vectors for trees of up to 32
     # leaves, the hybrid for many deeper trees, perfect traversal for a few while its tables
-    # stay small, traversal for a few deep ones.
+    # stay small, tree by tree for a few deep ones and for many very deep ones.
     picks = {
         (n_trees, depth): choose(ensemble(0, depth, n_trees)[0], "auto")
         for n_trees, depth in [(10, 2), (100, 3), (100, 8), (10, 8), (10, 14)]
     }
+    picks[100, 40] = choose(Ensemble((spine_tree(40),) * 100, N_FEATURES, True), "auto")
     assert picks == {
         (10, 2): "bitvector",
         (100, 3): "bitvector",
         (100, 8): "hybrid",
         (10, 8): "perfect",
-        (10, 14): "traversal",
+        (10, 14): "treewise",
+        (100, 40): "treewise",
     }
     shallow, _ = ensemble(0, 3)
     with pytest.raises(UnsupportedError, match="tree_strategy"):
@@ -254,3 +273,42 @@ def test_unimplemented_strategy_is_refused_at_compile() -> None:
     options = compiler.CompileOptions(tree_strategy="nonsense", backend="interpreter")
     with pytest.raises(compiler.UnsupportedError, match="nonsense"):
         compiler.compile(est, options=options)
+
+
+def test_treewise_numbers_each_tree_breadth_first_and_groups_by_depth() -> None:
+    ens, _ = ensemble(5, 7, n_trees=8)
+    g = treewise_tables(ens)
+    depths = [ens.trees[t].max_depth for t in g.order]
+    assert depths == sorted(depths)
+    assert [d for d, _, _ in g.groups] == sorted(set(depths))
+    assert sum(count for _, _, count in g.groups) == len(ens.trees)
+    for d, first, count in g.groups:
+        assert all(ens.trees[t].max_depth == d for t in g.order[first : first + count])
+    # Each tree's block: children adjacent and inside the block, leaves their own left child.
+    ends = [*g.roots[1:], len(g.left)]
+    for root, end in zip(g.roots, ends, strict=True):
+        ids = np.arange(root, end)
+        leaf = g.left[ids] == ids
+        assert np.all(g.threshold[ids[leaf]] == np.inf)
+        assert np.all((g.left[ids[~leaf]] > ids[~leaf]) & (g.left[ids[~leaf]] + 1 < end))
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_treewise_on_trees_of_many_depths(backend: str) -> None:
+    # Depth 9 with 80 % branching: trees of several depths (several loops), a single leaf.
+    ens, grid = ensemble(9, 9, n_trees=10)
+    assert len(treewise_tables(ens).groups) > 2
+    x = rows(np.random.default_rng(109), grid)
+    got = run(ens, x, "treewise", backend, "float32")
+    np.testing.assert_allclose(got, reference(ens, x), rtol=1e-5, atol=1e-5)
+
+
+def test_every_strategy_can_be_asked_for_by_name() -> None:
+    """CompileOptions (and the service's model options, which reuse its type) accept exactly
+    the strategies the compiler implements, plus auto."""
+    from typing import get_args
+
+    from compiler.options import TreeStrategy
+    from compiler.trees import STRATEGIES as NAMES
+
+    assert set(get_args(TreeStrategy)) == set(NAMES) == {"auto", *STRATEGIES}

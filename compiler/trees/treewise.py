@@ -1,0 +1,145 @@
+"""The ``treewise`` strategy: one tree at a time, every row walking it to that tree's own depth.
+
+The lockstep strategies (traversal, hybrid) step every (row, tree) pair together for the
+ensemble's maximum depth. For deep forests (unlimited depth: trees of 16–25 levels) that pays
+twice: every tree is walked as deep as the deepest one, and a step's (B, T) node ids spread
+over all trees' tables, so each gather of a node's split misses the caches. Here the outer loop
+runs over trees and the inner loop walks all rows of the block through one tree, with a (B,)
+state:
+
+- a tree's node tables (a few thousand entries) stay in L1 while every row of the block reads
+  them — nodes are numbered tree by tree, breadth first, children adjacent
+  (``right == left + 1``), leaves looping to themselves;
+- trees are grouped by depth and each group is one loop whose inner walk has that depth, so
+  no tree takes more steps than its own deepest leaf (a random forest's mean tree depth is
+  ~80 % of its maximum).
+
+The root's split is a column read (every row is at the root); a step gathers the node's column,
+threshold and left child and the row's feature value. Leaf vectors are accumulated per tree into
+a (B, K) carry. Splits compare one column of the widened features (:mod:`.splits`), as in the
+traversal strategy, so decisions are exactly the source's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+import lazy as lz
+
+from ..context import Context
+from .model import Ensemble
+from .splits import split_columns
+from .strategies import _constant, _root_values
+
+
+@dataclass(frozen=True)
+class TreewiseTables:
+    """Nodes numbered tree by tree (trees in ``order``), breadth first within a tree, so a
+    split's children are ``left`` and ``left + 1``; a leaf is its own left child and has
+    threshold +inf (nothing goes right of it). ``groups``: (depth, first, count) runs of
+    ``order`` whose trees share a depth, shallowest first."""
+
+    order: np.ndarray  # (T,) tree indices, by depth
+    roots: np.ndarray  # (T,) root id of ``order[i]``
+    groups: tuple[tuple[int, int, int], ...]
+    feature: np.ndarray  # (N,)
+    threshold: np.ndarray  # (N,)
+    nan_right: np.ndarray  # (N,)
+    left: np.ndarray  # (N,)
+    value: np.ndarray  # (N, K)
+
+
+def treewise_tables(ensemble: Ensemble) -> TreewiseTables:
+    depths = np.array([t.max_depth for t in ensemble.trees])
+    order = np.argsort(depths, kind="stable")
+    n = ensemble.n_nodes
+    feature = np.zeros(n, np.int64)
+    threshold = np.full(n, np.inf)
+    nan_right = np.zeros(n, bool)
+    left = np.zeros(n, np.int64)
+    value = np.zeros((n, ensemble.n_outputs))
+    roots = np.zeros(len(order), np.int64)
+    first = 0
+    for i, ti in enumerate(order):
+        tree = ensemble.trees[ti]
+        roots[i] = first
+        queue = [0]  # source nodes in breadth-first order; ids follow queue positions
+        for pos, node in enumerate(queue):
+            k = first + pos
+            if tree.is_leaf[node]:
+                left[k] = k
+                value[k] = tree.value[node]
+                continue
+            left[k] = first + len(queue)
+            queue += [int(tree.left[node]), int(tree.right[node])]
+            feature[k] = tree.feature[node]
+            threshold[k] = tree.threshold[node]
+            nan_right[k] = not tree.missing_left[node]
+        first += len(queue)
+    groups = []
+    for d in np.unique(depths):
+        members = np.flatnonzero(depths[order] == d)
+        groups.append((int(d), int(members[0]), len(members)))
+    return TreewiseTables(order, roots, tuple(groups), feature, threshold, nan_right, left, value)
+
+
+def _gather_step(
+    i: lz.LazyTensor,
+    node: lz.LazyTensor,
+    x: lz.LazyTensor,
+    column: lz.LazyTensor,
+    threshold: lz.LazyTensor,
+    left: lz.LazyTensor,
+) -> lz.LazyTensor:
+    """One level of one tree for every row: (B,) node ids to their children's."""
+    idx = lz.reshape(lz.take(column, node, axis=0), (lz.B, 1))
+    v = lz.reshape(lz.take_along(x, idx, axis=1), (lz.B,))
+    return lz.take(left, node, axis=0) + lz.cast(v > lz.take(threshold, node, axis=0), "int32")
+
+
+def _walk_tree(
+    depth: int,
+    j: lz.LazyTensor,
+    acc: lz.LazyTensor,
+    x: lz.LazyTensor,
+    roots: lz.LazyTensor,
+    column: lz.LazyTensor,
+    threshold: lz.LazyTensor,
+    left: lz.LazyTensor,
+    value: lz.LazyTensor,
+) -> lz.LazyTensor:
+    """Loop body over a depth group's trees: add tree ``j``'s reached leaf vector to ``acc``."""
+    root = lz.take(roots, j)
+    # Level 0: every row is at the root, so its split reads one whole column.
+    v = lz.take(x, lz.take(column, root), axis=1)  # (B,)
+    node = lz.take(left, root) + lz.cast(v > lz.take(threshold, root), "int32")
+    if depth > 1:
+        node = lz.fori_loop(depth - 1, _gather_step, node, x, column, threshold, left)
+    return acc + lz.take(value, node, axis=0)  # (B, K)
+
+
+def treewise(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
+    if ensemble.max_depth == 0:
+        return _constant(_root_values(ensemble), x, ctx)
+    cols = split_columns(ensemble, x, ctx)
+    g = treewise_tables(ensemble)
+    column, threshold = cols.encode(g.feature, g.threshold, g.nan_right)
+    # Single-leaf trees add a constant: it starts the sum instead of a loop.
+    stumps = [ensemble.trees[t].value[0] for t in g.order if ensemble.trees[t].max_depth == 0]
+    acc = _constant(np.sum(stumps, axis=0) if stumps else np.zeros(ensemble.n_outputs), x, ctx)
+    tables = (
+        ctx.param(column, "feature"),
+        ctx.param(threshold, "threshold", dtype=cols.dtype),
+        ctx.param(g.left, "left"),
+        ctx.param(g.value, "leaf_value"),
+    )
+    for depth, first, count in g.groups:
+        if depth == 0:
+            continue
+        roots = ctx.param(g.roots[first : first + count], f"roots_depth{depth}")
+        body = partial(_walk_tree, depth)
+        acc = lz.fori_loop(count, body, acc, cols.x, roots, *tables)
+    return acc
