@@ -216,7 +216,8 @@ def _squeeze(out: lz.LazyTensor) -> lz.LazyTensor:
 _LIMITS = (
     "objectives: " + ", ".join(OBJECTIVES) + " (reg_sqrt too); numerical and categorical "
     "(integer-coded) splits; NaN, zero-as-missing and no-missing semantics; not linear trees or "
-    "pandas categorical columns; float32 graphs exact for float32 inputs"
+    "pandas categorical columns; float32 graphs exact for float32 inputs, and for float64 inputs "
+    "but those strictly between a threshold and the next float32 (inputs are rounded down)"
 )
 
 

@@ -216,7 +216,11 @@ def _hist_gradient_boosting(est: Any, features: Features, ctx: Context) -> lz.La
 @register(
     HistGradientBoostingRegressor,
     methods=("predict",),
-    limits="categorical features (unknown categories go the missing-value way); identity or log link",
+    limits=(
+        "categorical features (unknown categories go the missing-value way); identity or log link; "
+        "float32 graphs exact for float32 inputs, and for float64 inputs but those strictly "
+        "between a threshold and the next float32 (inputs are rounded down)"
+    ),
 )
 def hist_gradient_boosting_regressor(est: Any, features: Features, ctx: Context) -> Heads:
     link = est._loss.link
@@ -229,7 +233,11 @@ def hist_gradient_boosting_regressor(est: Any, features: Features, ctx: Context)
 @register(
     HistGradientBoostingClassifier,
     methods=("predict", "predict_proba", "decision_function"),
-    limits="categorical features (unknown categories go the missing-value way); binary sigmoid, multiclass softmax",
+    limits=(
+        "categorical features (unknown categories go the missing-value way); binary sigmoid, multiclass softmax; "
+        "float32 graphs exact for float32 inputs, and for float64 inputs but those strictly "
+        "between a threshold and the next float32 (inputs are rounded down)"
+    ),
 )
 def hist_gradient_boosting_classifier(est: Any, features: Features, ctx: Context) -> Heads:
     if not isinstance(est._loss, HalfBinomialLoss | HalfMultinomialLoss):
