@@ -39,7 +39,7 @@ from service.errors import (
     http_error_for,
 )
 from service.metrics import Metrics
-from service.middleware import ServiceMiddleware, request_id_var
+from service.middleware import ScoringLoad, ServiceMiddleware, request_id_var
 from service.models import ModelManager, ModelOptions, State, Upload, failure_error
 from service.preload import Preloader
 from service.settings import Settings
@@ -394,7 +394,8 @@ def create_app(
         metrics=metrics,
         limit_for=limit_for,
         model_label=model_label,
-        max_scoring_in_flight=settings.max_in_flight,
+        # Shared by the middleware's two instances: the ordinary stack's and the fast path's.
+        scoring=ScoringLoad(settings.max_in_flight),
         refusal=auth.refusal,
     )
     return app

@@ -20,6 +20,7 @@ Concatenating a batch's feeds happens in the executor thread, off the event loop
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -149,6 +150,31 @@ def _execute(run: RunFn, feeds: list[Mapping[str, np.ndarray]], rows: int) -> _O
         return _Outcome(None, exc, t2 - t1, t2 - t0)
     t2 = time.perf_counter()
     return _Outcome(outputs, None, t2 - t1, t2 - t0)
+
+
+def _execute_for(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[_Outcome],
+    run: RunFn,
+    feeds: list[Mapping[str, np.ndarray]],
+    rows: int,
+) -> None:
+    """Runs in the executor thread: :func:`_execute`, then hand the outcome to the event loop.
+
+    One ``call_soon_threadsafe`` instead of ``run_in_executor``'s chained concurrent and asyncio
+    futures: tens of µs less CPU per batch, which a single-row request pays in full.
+    """
+    if future.cancelled():  # the worker was cancelled before this batch started: skip it
+        return
+    outcome = _execute(run, feeds, rows)
+    # RuntimeError: the loop closed meanwhile, and nobody waits for this batch any more.
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(_resolve, future, outcome)
+
+
+def _resolve(future: asyncio.Future[_Outcome], outcome: _Outcome) -> None:
+    if not future.done():  # cancelled while computing
+        future.set_result(outcome)
 
 
 def _checked_outputs(outputs: object, rows: int) -> dict[str, np.ndarray]:
@@ -474,10 +500,10 @@ class Batcher:
             return None
         rows = self._max_batch_rows - room
         feeds = [_part_feed(p) for p in parts]
+        future: asyncio.Future[_Outcome] = loop.create_future()
         try:
-            future = loop.run_in_executor(self._executor, _execute, self._run, feeds, rows)
+            self._executor.submit(_execute_for, loop, future, self._run, feeds, rows)
         except Exception as exc:  # e.g. the executor was shut down
-            future = loop.create_future()
             future.set_result(_Outcome(None, exc, 0.0, 0.0))
         self._in_flight_rows = rows
         return _Batch(parts, rows, future)

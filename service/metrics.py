@@ -19,6 +19,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 import lazy as lz
+from service.buffered_metrics import counter_class, histogram_class
 
 # Serving latencies span ~100 µs (a cached single row) to seconds (a 100k-row request).
 LATENCY_BUCKETS = (
@@ -61,54 +62,57 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
-        self.requests = Counter(
+        # Families updated on every request or batch buffer their updates (same series and
+        # values at every scrape; see service/buffered_metrics.py).
+        hot_histogram, hot_counter = histogram_class(), counter_class()
+        self.requests = hot_counter(
             "kestrel_requests",
             "HTTP requests by model, route template and status code.",
             ("model", "route", "status"),
             registry=r,
         )
-        self.request_seconds = Histogram(
+        self.request_seconds = hot_histogram(
             "kestrel_request_duration_seconds",
             "Time from receiving a request to its response, in the server.",
             ("model", "route"),
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.queue_seconds = Histogram(
+        self.queue_seconds = hot_histogram(
             "kestrel_queue_duration_seconds",
             "Time a request's rows waited in the batcher's queue.",
             ("model", "version"),
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.compute_seconds = Histogram(
+        self.compute_seconds = hot_histogram(
             "kestrel_compute_duration_seconds",
             "Time to run one batch through the compiled model.",
             ("model", "version"),
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.codec_seconds = Histogram(
+        self.codec_seconds = hot_histogram(
             "kestrel_codec_duration_seconds",
             "Host time decoding requests into tensors (decode) and rendering responses (encode).",
             ("model", "version", "phase"),
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.batch_rows = Histogram(
+        self.batch_rows = hot_histogram(
             "kestrel_batch_rows",
             "Real rows per executed batch.",
             ("model", "version"),
             buckets=ROW_BUCKETS,
             registry=r,
         )
-        self.rows = Counter(
+        self.rows = hot_counter(
             "kestrel_batch_rows_processed",
             "Real rows computed.",
             ("model", "version"),
             registry=r,
         )
-        self.padded_rows = Counter(
+        self.padded_rows = hot_counter(
             "kestrel_batch_padded_rows",
             "Rows added to fill a batch to its compiled bucket size.",
             ("model", "version"),
@@ -159,6 +163,7 @@ class Metrics:
             ProcessCollector(registry=r)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._in_flight_counts: dict[str, InFlightCount] = {}
 
     def child(self, family: MetricWrapperBase, *labels: str) -> Any:
         """``family.labels(*labels)``, looked up once: prometheus_client validates the values and
@@ -182,6 +187,17 @@ class Metrics:
             )
         return pair
 
+    def in_flight_count(self, kind: str) -> InFlightCount:
+        """The count behind ``kestrel_in_flight_requests{kind}``: the middleware adds and removes
+        requests with plain integer arithmetic on the event loop, and the gauge reads it at
+        scrape (a Gauge's ``inc``/``dec`` take a lock each, twice per request). The series
+        appears with the first request of its kind, as it would with ``inc``."""
+        count = self._in_flight_counts.get(kind)
+        if count is None:
+            count = self._in_flight_counts[kind] = InFlightCount()
+            self.in_flight.labels(kind).set_function(count.get)
+        return count
+
     def observe_model_gone(self, model: str, version: str, state: str, fmt: str) -> None:
         with contextlib.suppress(KeyError):
             self.model_info.remove(model, version, state, fmt)
@@ -199,6 +215,18 @@ class Metrics:
     ) -> None:
         """``kestrel_models{state}``: how many model versions are in each state, now."""
         self.registry.register(_StateCollector(states, tuple(known)))
+
+
+class InFlightCount:
+    """Requests of one kind in progress (``n``), updated by the event loop's thread."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def get(self) -> float:
+        return float(self.n)
 
 
 class _CacheCollector(Collector):

@@ -45,11 +45,11 @@ class ServiceMiddleware:
     here in the route's error shape and counted with the route label ``_refused``. An exception
     no handler mapped becomes a JSON 500 with the request id (and the traceback in the log).
 
-    Load shedding: with ``max_scoring_in_flight``, a scoring request arriving while that many are
-    in progress is answered 429 at once, before its body is read or the request routed. Under
-    overload this is what keeps admitted requests fast: a rejection must cost far less than a
-    prediction, or rejecting alone saturates the event loop and every request waits behind the
-    backlog (see docs/reliability.md).
+    Load shedding: with ``max_scoring_in_flight`` (or a shared :class:`ScoringLoad` with a cap), a
+    scoring request arriving while that many are in progress is answered 429 at once, before its
+    body is read or the request routed. Under overload this is what keeps admitted requests fast:
+    a rejection must cost far less than a prediction, or rejecting alone saturates the event loop
+    and every request waits behind the backlog (see docs/reliability.md).
     """
 
     def __init__(
@@ -60,14 +60,16 @@ class ServiceMiddleware:
         limit_for: Callable[[str, str], int],
         model_label: Callable[[str | None], str],
         max_scoring_in_flight: int | None = None,
+        scoring: ScoringLoad | None = None,
         refusal: Callable[[str, Any], ServiceError | None] | None = None,
     ) -> None:
+        if scoring is not None and max_scoring_in_flight is not None:
+            raise ValueError("pass max_scoring_in_flight or a ScoringLoad with its cap, not both")
         self.app = app
         self.metrics = metrics
         self.limit_for = limit_for
         self.model_label = model_label
-        self.max_scoring_in_flight = max_scoring_in_flight
-        self.scoring_in_flight = 0
+        self.scoring = scoring if scoring is not None else ScoringLoad(max_scoring_in_flight)
         self.refusal = refusal
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -93,8 +95,9 @@ class ServiceMiddleware:
                 refused.headers = {**refused.headers, "connection": "close"}
         kind = route_kind(path, scope["method"])
         scoring = kind == "scoring"
-        cap = self.max_scoring_in_flight
-        if refused is None and scoring and cap is not None and self.scoring_in_flight >= cap:
+        load = self.scoring
+        cap = load.cap
+        if refused is None and scoring and cap is not None and load.in_flight >= cap:
             # Keep-alive: the body (small, under the scoring limit) is read by the server's HTTP
             # parser anyway, and a client retrying after 429 should not pay for a new connection.
             refused = TooManyRequests(
@@ -133,10 +136,10 @@ class ServiceMiddleware:
 
         # The route template is known only after routing: count in flight by kind of route.
         metrics = self.metrics
-        in_flight = metrics.child(metrics.in_flight, kind)
-        in_flight.inc()
+        in_flight = metrics.in_flight_count(kind)
+        in_flight.n += 1
         if scoring:
-            self.scoring_in_flight += 1
+            load.in_flight += 1
         try:
             await self.app(scope, limited_receive, send_with_id)
         except Exception as exc:
@@ -147,9 +150,9 @@ class ServiceMiddleware:
                 internal = ServiceError(f"internal error ({type(exc).__name__}); see the log")
                 await _send_error(send, rid, path, internal)
         finally:
-            in_flight.dec()
+            in_flight.n -= 1
             if scoring:
-                self.scoring_in_flight -= 1
+                load.in_flight -= 1
             route = _route(scope)
             model = self.model_label(scope.get("path_params", {}).get("name"))
             elapsed = time.perf_counter() - start
@@ -175,6 +178,21 @@ class ServiceMiddleware:
         if err.reason is not None:
             metrics.child(metrics.rejections, model, err.reason).inc()
         metrics.child(metrics.requests, model, REFUSED_ROUTE, str(err.status)).inc()
+
+
+class ScoringLoad:
+    """Scoring requests in progress, and the cap above which more are shed (None: no cap).
+
+    One per application, shared by every :class:`ServiceMiddleware` instance in it: the scoring
+    fast path (service/fastpath.py) runs its own instance, and shedding must count both."""
+
+    __slots__ = ("cap", "in_flight")
+
+    def __init__(self, cap: int | None = None) -> None:
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            raise ValueError(f"the scoring in-flight cap must be a positive integer, got {cap!r}")
+        self.cap = cap
+        self.in_flight = 0
 
 
 # The route label of requests refused before routing (the route template is not known yet).

@@ -128,18 +128,18 @@ def _pack_bytes(array: np.ndarray) -> bytes:
 def rows_from_inputs(inputs: dict[str, np.ndarray], mv: ModelVersion) -> Any:
     """v2 input tensors → rows the model's schema accepts (a matrix, or columns by name)."""
     assert mv.model is not None
-    schema = mv.model.schema
-    names = schema.names
-    if len(inputs) == 1:
+    schema_columns = mv.model.schema.columns
+    if len(inputs) == 1:  # the common request: one [rows, columns] tensor (no name list built)
         (array,) = inputs.values()
         if (
             array.ndim == 2
-            and array.shape[1] == len(names)
-            and not (len(names) == 1 and next(iter(inputs)) == names[0])
+            and array.shape[1] == len(schema_columns)
+            and not (len(schema_columns) == 1 and next(iter(inputs)) == schema_columns[0].name)
         ):
             if not len(array):
                 raise BadRequest(EMPTY_BATCH)
             return array
+    names = [c.name for c in schema_columns]
     missing = [n for n in names if n not in inputs]
     if missing:
         raise InvalidInput(
@@ -163,6 +163,18 @@ def rows_from_inputs(inputs: dict[str, np.ndarray], mv: ModelVersion) -> Any:
     if lengths == {0}:
         raise BadRequest(EMPTY_BATCH)
     return columns
+
+
+_HEADER_LENGTH = HEADER_LENGTH.encode()
+
+
+def _header(scope: Any, key: bytes) -> str | None:
+    """The first value of header ``key`` (lower-case bytes), as ``request.headers.get`` gives it,
+    without building Starlette's ``Headers`` for the one header an inference request reads."""
+    for name, value in scope["headers"]:
+        if name == key:
+            return value.decode("latin-1")
+    return None
 
 
 def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], bytes]:
@@ -366,7 +378,7 @@ def add_v2_routes(app: FastAPI, manager: ModelManager, settings: Settings) -> No
 
     async def infer(request: Request, name: str, version: str | None) -> Response:
         body = await read_body(request)
-        doc, tail = split_body(body, request.headers.get(HEADER_LENGTH))
+        doc, tail = split_body(body, _header(request.scope, _HEADER_LENGTH))
         deadline = parse_deadline(doc)
         mv = manager.serving(name, version)
         inputs = parse_inputs(doc, tail)

@@ -103,3 +103,42 @@ def test_refusals_before_routing_answer_in_the_routes_error_shape(
     assert sample(metrics, "kestrel_rejections_total", model="m", reason="too_large") == 1
     admitted = request(app, "POST", path, content=b"{}", headers={"X-Kestrel-Token": "s"})
     assert admitted.status_code == 200 and admitted.content == b"{}"
+
+
+def test_instances_sharing_a_scoring_load_shed_together() -> None:
+    """The scoring fast path runs its own middleware instance: both must count one limit."""
+    from service.middleware import ScoringLoad
+
+    metrics = Metrics(CollectorRegistry())
+    load = ScoringLoad(1)
+    gate = asyncio.Event()
+
+    async def slow_app(scope: Any, receive: Any, send: Any) -> None:
+        await gate.wait()
+        await echo_app(scope, receive, send)
+
+    first = wrap(slow_app, metrics, scoring=load)
+    second = wrap(echo_app, metrics, scoring=load)
+
+    async def go() -> tuple[int, int, int]:
+        transport = httpx.ASGITransport(app=first, raise_app_exceptions=False)
+        other = httpx.ASGITransport(app=second, raise_app_exceptions=False)
+        async with (
+            httpx.AsyncClient(transport=transport, base_url="http://k") as a,
+            httpx.AsyncClient(transport=other, base_url="http://k") as b,
+        ):
+            held = asyncio.create_task(a.post("/models/m/predict", content=b"1"))
+            while load.in_flight == 0:
+                await asyncio.sleep(0)
+            shed = await b.post("/models/m/predict", content=b"1")
+            gate.set()
+            done = await held
+            after = await b.post("/models/m/predict", content=b"1")
+            return shed.status_code, done.status_code, after.status_code
+
+    assert asyncio.run(go()) == (429, 200, 200)
+    assert load.in_flight == 0
+    with pytest.raises(ValueError, match="not both"):
+        wrap(echo_app, metrics, scoring=load, max_scoring_in_flight=2)
+    with pytest.raises(ValueError, match="positive integer"):
+        ScoringLoad(0)
