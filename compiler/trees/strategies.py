@@ -119,15 +119,25 @@ class _Linked:
     value: np.ndarray  # (N, K)
 
 
+def _node_tables(
+    ensemble: Ensemble,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Empty per-node tables for a renumbering of every node of ``ensemble``: split column,
+    threshold (inf: never right), NaN-goes-right, left child id, leaf value (N, K)."""
+    n = ensemble.n_nodes
+    return (
+        np.zeros(n, np.int64),
+        np.full(n, np.inf),
+        np.zeros(n, bool),
+        np.zeros(n, np.int64),
+        np.zeros((n, ensemble.n_outputs)),
+    )
+
+
 def _linked(ensemble: Ensemble) -> _Linked:
     # Level-major rather than tree by tree: a loop step of the walk (every tree at one level)
     # then reads one contiguous band of the tables instead of a node in each tree's block.
-    n = ensemble.n_nodes
-    feature = np.zeros(n, np.int64)
-    threshold = np.full(n, np.inf)
-    nan_right = np.zeros(n, bool)
-    left = np.zeros(n, np.int64)
-    value = np.zeros((n, ensemble.n_outputs))
+    feature, threshold, nan_right, left, value = _node_tables(ensemble)
     level = [(tree, 0) for tree in ensemble.trees]  # (tree, source node) in id order
     first = 0  # the id of level[0]
     while level:

@@ -32,7 +32,7 @@ import lazy as lz
 from ..context import Context
 from .model import Ensemble
 from .splits import split_columns
-from .strategies import _constant, _root_values
+from .strategies import _constant, _node_tables, _root_values
 
 
 @dataclass(frozen=True)
@@ -55,12 +55,7 @@ class TreewiseTables:
 def treewise_tables(ensemble: Ensemble) -> TreewiseTables:
     depths = np.array([t.max_depth for t in ensemble.trees])
     order = np.argsort(depths, kind="stable")
-    n = ensemble.n_nodes
-    feature = np.zeros(n, np.int64)
-    threshold = np.full(n, np.inf)
-    nan_right = np.zeros(n, bool)
-    left = np.zeros(n, np.int64)
-    value = np.zeros((n, ensemble.n_outputs))
+    feature, threshold, nan_right, left, value = _node_tables(ensemble)
     roots = np.zeros(len(order), np.int64)
     first = 0
     for i, ti in enumerate(order):

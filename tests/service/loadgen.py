@@ -118,14 +118,7 @@ async def closed_loop(
         conn = _Connection(host, port, request)
         try:
             while time.perf_counter() < stop:
-                t0 = time.perf_counter()
-                try:
-                    status = await asyncio.wait_for(conn.exchange(), timeout_s)
-                except (OSError, ConnectionError, TimeoutError, ValueError) as exc:
-                    result.errors.append(f"{type(exc).__name__}: {exc}")
-                    conn.close()
-                    continue
-                result.record(status, time.perf_counter() - t0)
+                await _exchange(conn, result, timeout_s, since=time.perf_counter())
         finally:
             conn.close()
 
@@ -172,19 +165,25 @@ async def open_loop(
         try:
             while (when := await due.get()) is not None:
                 result.lateness.append(time.perf_counter() - when)
-                try:
-                    status = await asyncio.wait_for(conn.exchange(), timeout_s)
-                except (OSError, ConnectionError, TimeoutError, ValueError) as exc:
-                    result.errors.append(f"{type(exc).__name__}: {exc}")
-                    conn.close()
-                    continue
-                result.record(status, time.perf_counter() - when)
+                await _exchange(conn, result, timeout_s, since=when)
         finally:
             conn.close()
 
     await asyncio.gather(dispatch(), *(client() for _ in range(connections)))
     result.elapsed_s = time.perf_counter() - start
     return result
+
+
+async def _exchange(conn: _Connection, result: Result, timeout_s: float, *, since: float) -> None:
+    """One request on ``conn``: its status and latency from ``since`` recorded, or the transport
+    failure (the connection is then closed and reopened by the next exchange)."""
+    try:
+        status = await asyncio.wait_for(conn.exchange(), timeout_s)
+    except (OSError, ConnectionError, TimeoutError, ValueError) as exc:
+        result.errors.append(f"{type(exc).__name__}: {exc}")
+        conn.close()
+        return
+    result.record(status, time.perf_counter() - since)
 
 
 def _percentiles(values: list[float]) -> dict[str, float]:
