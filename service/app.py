@@ -30,6 +30,7 @@ import compiler
 import lazy as lz
 from service import artifacts, batcher, codecs, fastpath, openapi, store
 from service.access import Auth
+from service.admission import Admission, ScoringLoad
 from service.errors import (
     BadRequest,
     Forbidden,
@@ -39,7 +40,7 @@ from service.errors import (
     http_error_for,
 )
 from service.metrics import Metrics
-from service.middleware import ScoringLoad, ServiceMiddleware, request_id_var
+from service.middleware import ServiceMiddleware, request_id_var
 from service.models import ModelManager, ModelOptions, State, Upload, failure_error
 from service.preload import Preloader
 from service.settings import Settings
@@ -389,15 +390,16 @@ def create_app(
     def model_label(name: str | None) -> str:
         return name if name is not None and manager.knows(name) else "_none"
 
-    app.add_middleware(
-        ServiceMiddleware,
+    # One for the application: the middleware's two instances (the ordinary stack's and the
+    # fast path's) and the HTTP protocol of `kestrel serve` (service/shedding.py) share it.
+    app.state.admission = Admission(
         metrics=metrics,
         limit_for=limit_for,
         model_label=model_label,
-        # Shared by the middleware's two instances: the ordinary stack's and the fast path's.
         scoring=ScoringLoad(settings.max_in_flight),
         refusal=auth.refusal,
     )
+    app.add_middleware(ServiceMiddleware, admission=app.state.admission)
     return app
 
 

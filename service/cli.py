@@ -24,6 +24,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from service.app import create_app
     from service.preload import PreloadError
     from service.settings import Settings
+    from service.shedding import protocol_for
 
     overrides: dict[str, Any] = {
         key: value
@@ -68,7 +69,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http="httptools",
+        # uvicorn's httptools protocol, refusing overloaded scoring requests on their headers.
+        http=protocol_for(app.state.admission),
         workers=1,
         log_config=None,
         access_log=False,

@@ -10,8 +10,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from service.access import Auth
+from service.admission import REFUSED_ROUTE, Admission, ScoringLoad
 from service.metrics import Metrics
-from service.middleware import REFUSED_ROUTE, ServiceMiddleware
+from service.middleware import ServiceMiddleware
 
 
 async def failing_app(scope: Any, receive: Any, send: Any) -> None:
@@ -30,13 +31,13 @@ async def echo_app(scope: Any, receive: Any, send: Any) -> None:
 
 
 def wrap(app: Any, metrics: Metrics, **kw: Any) -> ServiceMiddleware:
-    return ServiceMiddleware(
-        app,
+    admission = Admission(
         metrics=metrics,
         limit_for=lambda path, method: 16,
         model_label=lambda name: name or "_none",
         **kw,
     )
+    return ServiceMiddleware(app, admission=admission)
 
 
 def request(app: Any, method: str, path: str, **kw: Any) -> httpx.Response:
@@ -107,8 +108,6 @@ def test_refusals_before_routing_answer_in_the_routes_error_shape(
 
 def test_instances_sharing_a_scoring_load_shed_together() -> None:
     """The scoring fast path runs its own middleware instance: both must count one limit."""
-    from service.middleware import ScoringLoad
-
     metrics = Metrics(CollectorRegistry())
     load = ScoringLoad(1)
     gate = asyncio.Event()
@@ -138,7 +137,28 @@ def test_instances_sharing_a_scoring_load_shed_together() -> None:
 
     assert asyncio.run(go()) == (429, 200, 200)
     assert load.in_flight == 0
-    with pytest.raises(ValueError, match="not both"):
-        wrap(echo_app, metrics, scoring=load, max_scoring_in_flight=2)
     with pytest.raises(ValueError, match="positive integer"):
         ScoringLoad(0)
+
+
+def test_a_client_leaving_mid_body_is_counted_not_logged_as_a_server_error(
+    metrics: Metrics, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def reads_body(scope: Any, receive: Any, send: Any) -> None:
+        from starlette.requests import Request
+
+        await Request(scope, receive).body()
+
+    async def disconnects() -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+    sent: list[Any] = []
+
+    async def record(message: Any) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/models/m/predict", "headers": []}
+    asyncio.run(wrap(reads_body, metrics)(scope, disconnects, record))
+    assert sent == []  # nobody to answer
+    assert "unhandled" not in caplog.text and "Traceback" not in caplog.text
+    assert sample(metrics, "kestrel_requests_total", model="_none", status="499") == 1
