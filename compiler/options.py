@@ -17,7 +17,9 @@ class CompileOptions:
 
     ``backend`` is ``"jax"`` (XLA, the production path), ``"torch"``, or ``"interpreter"`` (the
     float64 reference, no compilation). ``methods`` limits the compiled heads (None: all the source
-    estimator has).
+    estimator has). ``max_batch`` is the largest small bucket; ``call_rows`` the most rows one
+    executable call runs (None: derived from the graph's per-row intermediates, see
+    ``lazy.executor.call_rows_for``; ``max_batch``: chunk larger calls at ``max_batch``).
     """
 
     dtype: Literal["float32", "float64"] = "float32"
@@ -26,9 +28,15 @@ class CompileOptions:
     methods: tuple[str, ...] | None = None
     backend: str = "jax"
     max_batch: int = 1024
+    call_rows: int | None = None
     warmup: bool = True
     cache: Any = None  # a lazy.ExecutableCache; None: the process-wide default
 
     def lazy_options(self) -> lz.Options:
         policy = lz.DTypePolicy.X64 if self.dtype == "float64" else lz.DTypePolicy.X32
-        return lz.Options(backend=self.backend, max_batch=self.max_batch, dtype_policy=policy)
+        return lz.Options(
+            backend=self.backend,
+            max_batch=self.max_batch,
+            dtype_policy=policy,
+            call_rows=self.call_rows,
+        )

@@ -39,3 +39,30 @@ def test_pad_rows_repeats_the_last_row() -> None:
 def test_invalid_max_batch() -> None:
     with pytest.raises(ValueError, match="max_batch"):
         Buckets(0)
+
+
+def test_large_buckets_double_up_to_call_rows() -> None:
+    buckets = Buckets(4, call_rows=32)
+    assert buckets.sizes == (1, 2, 4, 8, 16, 32)
+    assert [buckets.sizes[buckets.index(r)] for r in (3, 4, 5, 8, 9, 17, 32)] == [
+        4,
+        4,
+        8,
+        8,
+        16,
+        32,
+        32,
+    ]
+
+
+def test_chunks_take_the_largest_bucket_then_the_padded_rest() -> None:
+    buckets = Buckets(4, call_rows=16)
+    assert list(buckets.chunks(40)) == [(0, 16), (16, 32), (32, 40)]
+    assert list(buckets.chunks(27)) == [(0, 16), (16, 24), (24, 27)]
+    assert list(buckets.chunks(27, start=3)) == [(3, 19), (19, 27)]
+
+
+@pytest.mark.parametrize("call_rows", [3, 12, 20])
+def test_call_rows_must_be_max_batch_times_a_power_of_two(call_rows: int) -> None:
+    with pytest.raises(ValueError, match="call_rows must be max_batch"):
+        Buckets(4, call_rows=call_rows)

@@ -24,7 +24,7 @@ def test_padding_and_chunking_match_the_interpreter(graph, cache, backend, rows)
 
 
 def test_stats_count_padding_and_chunks(graph, cache) -> None:
-    compiled = lz.compile(graph, lz.Options(max_batch=8), cache).graphs[0]
+    compiled = lz.compile(graph, lz.Options(max_batch=8, call_rows=8), cache).graphs[0]
     compiled({"x": _x(19)})  # chunks of 8, 8 and 3 (padded to 4)
     assert compiled.stats.snapshot() == {"calls": 1, "rows": 19, "padded_rows": 1, "chunks": 3}
 
@@ -201,7 +201,7 @@ def test_parameters_are_not_transferred_per_call(graph, cache, capfd) -> None:
 
 
 def test_executable_is_the_bucket_a_call_would_run(graph, cache) -> None:
-    compiled = lz.compile(graph, lz.Options(max_batch=8), cache).graphs[0]
+    compiled = lz.compile(graph, lz.Options(max_batch=8, call_rows=8), cache).graphs[0]
     assert compiled.executable(3) is compiled.executable(4)  # both run the 4-row bucket
     for rows in (0, 9):
         with pytest.raises(lz.InputError, match=rf"rows must be in 1\.\.8, got {rows}"):

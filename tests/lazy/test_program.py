@@ -59,7 +59,8 @@ def program() -> lz.Program:
 
 @pytest.fixture(scope="module")
 def compiled(program: lz.Program) -> lz.CompiledProgram:
-    return lz.compile(program, lz.Options(max_batch=MAX_BATCH), cache=lz.ExecutableCache())
+    options = lz.Options(max_batch=MAX_BATCH, call_rows=MAX_BATCH)  # chunks of MAX_BATCH rows
+    return lz.compile(program, options, cache=lz.ExecutableCache())
 
 
 def assert_matches(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:

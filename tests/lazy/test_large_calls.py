@@ -1,0 +1,77 @@
+"""Calls above max_batch: large buckets for cheap graphs, aligned chunks, one result array."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import lazy as lz
+from lazy.executor import CALL_BYTES, MAX_LARGE_BUCKETS, aligned_start, call_rows_for, row_bytes
+
+
+def _x(rows: int, offset_bytes: int = 0, features: int = 6) -> np.ndarray:
+    """Rows starting ``offset_bytes`` past a 64-byte boundary."""
+    buf = np.empty(rows * features * 4 + 128, np.uint8)
+    start = (-buf.ctypes.data) % 64 + offset_bytes
+    x = buf[start : start + rows * features * 4].view(np.float32).reshape(rows, features)
+    x[...] = np.random.default_rng(rows).standard_normal((rows, features))
+    return x
+
+
+def _wide() -> lz.Graph:
+    b = lz.Builder()
+    x = b.input("x", (6,))
+    w = b.param(np.ones((6, 8192), np.float32), "w")
+    return b.graph({"y": lz.tanh(x @ w)})
+
+
+def test_call_rows_follow_the_bytes_a_row_needs(graph) -> None:
+    policy = lz.DTypePolicy.X32
+    assert row_bytes(graph, policy) < CALL_BYTES // (64 << MAX_LARGE_BUCKETS)
+    assert call_rows_for(graph, policy, 64) == 64 << MAX_LARGE_BUCKETS  # cheap rows: capped
+    assert row_bytes(_wide(), policy) >= 2 * 8192 * 4  # the product and its tanh
+    assert call_rows_for(_wide(), policy, 64) == 64  # wide rows: max_batch, as before
+
+
+def test_a_large_call_runs_fewer_chunks_with_the_same_results(graph, cache) -> None:
+    large = lz.compile(graph, lz.Options(max_batch=8), cache).graphs[0]
+    small = lz.compile(graph, lz.Options(max_batch=8, call_rows=8), cache).graphs[0]
+    assert large.buckets.call_rows == 8 << MAX_LARGE_BUCKETS
+    x = _x(1000)
+    got, want = large({"x": x}), small({"x": x})
+    assert small.stats.chunks == 125
+    assert large.stats.chunks == 10  # 7 x 128, then 64 + 32 + 8 (aligned: no prefix chunk)
+    assert large.stats.padded_rows == 0
+    np.testing.assert_allclose(got["proba"], want["proba"], rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(got["label"], want["label"])
+
+
+def test_unaligned_rows_run_aligned_chunks_after_a_short_prefix(graph, cache) -> None:
+    compiled = lz.compile(graph, lz.Options(max_batch=8), cache).graphs[0]
+    aligned, shifted = _x(1000), _x(1000, offset_bytes=16)
+    shifted[...] = aligned
+    assert aligned_start([aligned], 8) == 0
+    assert aligned_start([shifted], 8) == 2  # 16 + 2 rows x 24 bytes = 64
+    assert aligned_start([shifted[:, :5]], 8) == 0  # not contiguous: the backend copies it
+    before = compiled.stats.chunks
+    got = compiled({"x": shifted})
+    assert compiled.stats.chunks - before == 11  # rows 0-1, then 998 = 7 x 128 + 64 + 32 + 6
+    want = compiled({"x": aligned})
+    np.testing.assert_allclose(got["proba"], want["proba"], rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(got["label"], want["label"])
+
+
+def test_large_calls_compile_nothing_after_warmup(graph, cache) -> None:
+    compiled = lz.compile(graph, lz.Options(max_batch=8), cache).graphs[0]
+    assert compiled.compiles == {"warmup": len(compiled.buckets)}
+    x = _x(3000, offset_bytes=8)
+    for rows in (9, 100, 129, 1000, 2999):
+        out = compiled({"x": x[:rows]})
+        ref = lz.evaluate(compiled.source, {"x": x[:rows]})
+        np.testing.assert_allclose(out["proba"], ref["proba"], rtol=1e-5, atol=1e-6)
+    assert compiled.compiles == {"warmup": len(compiled.buckets)}
+
+
+def test_executable_covers_large_buckets(graph, cache) -> None:
+    compiled = lz.compile(graph, lz.Options(max_batch=8), cache).graphs[0]
+    assert compiled.executable(100) is compiled.executable(128)
+    assert compiled.executable(9) is not compiled.executable(8)
