@@ -20,6 +20,7 @@ from ..context import Context
 from ..features import Features, Heads
 from ..registry import register, unsupported_param
 from . import _libsvm_proba
+from ._split_sum import bounded_matmul
 
 _KERNELS = "'linear', 'poly', 'rbf', 'sigmoid'"
 
@@ -44,6 +45,25 @@ def kernel(est: Any, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
     # rbf: |x - sv|^2 = |x|^2 - 2 x.sv + |sv|^2, clamped at 0 against cancellation
     sq = lz.sum(x * x, axis=1, keepdims=True) - 2.0 * dot + ctx.param((sv**2).sum(1), "sv_sq")
     return lz.exp(lz.maximum(sq, 0.0) * -gamma)
+
+
+def weighted_kernel(
+    est: Any, x: lz.LazyTensor, weights: np.ndarray, ctx: Context, name: str
+) -> lz.LazyTensor:
+    """``kernel(x, SV) @ weights``: (B, m) dual sums, accurate where their terms cancel.
+
+    A linear kernel folds into one ``x @ (SV.T @ weights)`` on the host (float64, no sum over
+    support vectors on the device at all); the bounded kernels (rbf, sigmoid: |K| <= 1) sum
+    through :func:`._split_sum.bounded_matmul`; poly, unbounded, sums plainly.
+    """
+    weights = np.asarray(weights, np.float64)
+    if est.kernel == "linear":
+        sv = np.asarray(est.support_vectors_, dtype=np.float64)
+        return x @ ctx.param(sv.T @ weights, name)
+    k = kernel(est, x, ctx)
+    if est.kernel in ("rbf", "sigmoid"):
+        return bounded_matmul(k, weights, ctx, name)
+    return k @ ctx.param(weights, name)
 
 
 def _pair_weights(est: Any) -> np.ndarray:
@@ -79,8 +99,9 @@ def _votes(raw: lz.LazyTensor, n: int, ctx: Context, *, strict: bool) -> lz.Lazy
 
 def _dual(est: Any, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
     """(B,) ``kernel(x, SV) @ dual_coef + intercept`` of a one-output libsvm model."""
-    coef = ctx.param(np.reshape(est._dual_coef_, (-1, 1)), "dual_coef_")
-    out = kernel(est, x, ctx) @ coef + ctx.param(np.ravel(est._intercept_), "intercept_")
+    coef = np.reshape(est._dual_coef_, (-1, 1))
+    out = weighted_kernel(est, x, coef, ctx, "dual_coef_")
+    out = out + ctx.param(np.ravel(est._intercept_), "intercept_")
     return lz.reshape(out, (lz.B,))
 
 
@@ -113,7 +134,7 @@ def svc(est: Any, features: Features, ctx: Context) -> Heads:
     n = len(est.classes_)
     if est.break_ties and est.decision_function_shape == "ovo":  # scikit-learn cannot predict
         raise unsupported_param(est, "break_ties", True, "False with decision_function_shape='ovo'")
-    raw = kernel(est, features.values, ctx) @ ctx.param(_pair_weights(est), "pair_weights")
+    raw = weighted_kernel(est, features.values, _pair_weights(est), ctx, "pair_weights")
     raw = raw + ctx.param(np.asarray(est._intercept_), "intercept_")
     proba: dict[str, lz.LazyTensor] = {}
     if _fitted_with_probability(est):
