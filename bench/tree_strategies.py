@@ -13,8 +13,13 @@ through ``--xla_cpu_multi_thread_eigen=false`` plus CPU affinity, OpenMP and BLA
 threadpoolctl, ONNX Runtime, LightGBM and XGBoost through their own thread settings.
 
 Each strategy is compiled with ``max_batch`` equal to the batch (one executable, no padding,
-no chunking). A system whose single call takes longer than ``--budget-s`` is timed once and
-skipped at larger batches.
+no chunking), or with ``--max-batch`` where that is smaller: the library's own chunking, as
+``bench/scoring.py`` runs it (its default is 1024). A system whose single call takes longer than
+``--budget-s`` is timed once and skipped at larger batches.
+
+``--flush-mb M`` times every call cold: M MB are read and written before each call (outside the
+timing), evicting the node tables and rows the previous call left in the caches — what a
+system meets when other work runs between requests.
 
 Presets: ``issue6`` (the default) — RF 100 trees of depth 8 and of unlimited depth,
 GradientBoosting 100 × depth 3, HistGradientBoosting 100 iterations, LightGBM 100 × 31 leaves,
@@ -22,7 +27,8 @@ XGBoost 100 × depth 6 at 1, 100, 10k and 100k rows; ``grid`` — the cost model
 GB across depth and tree count, HistGB, LightGBM and XGBoost at 1, 100 and 10k rows).
 
 Usage: python bench/tree_strategies.py [--preset issue6|grid] [--cases rf:8:100,hgb:31:100]
-           [--batches 1,100,10000] [--rounds R] [--threads N] [--budget-s S] [--json out.json]
+           [--batches 1,100,10000] [--rounds R] [--threads N] [--budget-s S] [--max-batch M]
+           [--flush-mb M] [--json out.json]
 """
 
 from __future__ import annotations
@@ -172,9 +178,12 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:120]
 
 
-def _cpu_ms(fn: Predict, rows: Any, sample_s: float = 0.05) -> float:
+def _cpu_ms(fn: Predict, rows: Any, sample_s: float = 0.05, flush: Any = None) -> float:
     """CPU ms per call: a warm-up call (the system timed before may have left every cache
-    cold), one timed call, then as many more as fill ``sample_s`` if calls are fast."""
+    cold), one timed call, then as many more as fill ``sample_s`` if calls are fast. With
+    ``flush`` (a large array), every call is timed alone after writing through it: cold caches."""
+    if flush is not None:
+        return _cold_cpu_ms(fn, rows, flush, sample_s)
     fn(rows)
     t0 = time.process_time()
     fn(rows)
@@ -186,6 +195,17 @@ def _cpu_ms(fn: Predict, rows: Any, sample_s: float = 0.05) -> float:
     for _ in range(calls):
         fn(rows)
     return (time.process_time() - t0) / calls * 1e3
+
+
+def _cold_cpu_ms(fn: Predict, rows: Any, flush: Any, sample_s: float) -> float:
+    """Median CPU ms of calls each made right after ``flush`` was read and written."""
+    times: list[float] = []
+    while len(times) < 3 or (sum(times) < sample_s * 1e3 and len(times) < 100):
+        flush += 1.0  # reads and writes every cache line, outside the timing
+        t0 = time.process_time()
+        fn(rows)
+        times.append((time.process_time() - t0) * 1e3)
+    return statistics.median(times)
 
 
 def _shape(report: Any) -> dict[str, Any]:
@@ -228,9 +248,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--budget-s", type=float, default=3.0, help="slower calls: timed once")
+    parser.add_argument(
+        "--max-batch", type=int, help="compile with at most this max_batch (the library chunks)"
+    )
+    parser.add_argument(
+        "--flush-mb", type=int, default=0, help="time each call after evicting the caches"
+    )
     parser.add_argument("--no-others", action="store_true", help="skip ONNX Runtime/Hummingbird")
     parser.add_argument("--json", help="also write every measurement to this file")
     args = parser.parse_args(argv)
+    if args.max_batch is not None and args.max_batch < 1:
+        parser.error(f"--max-batch must be at least 1, got {args.max_batch}")
+    if args.flush_mb < 0:
+        parser.error(f"--flush-mb must be non-negative, got {args.flush_mb}")
     _pin_threads(args.threads)
 
     import numpy as np
@@ -249,10 +279,13 @@ def main(argv: list[str] | None = None) -> int:
     strategies = args.strategies.split(",") if args.strategies else list(IMPLEMENTED)
     x, y = make_classification(4000, 20, n_informative=10, random_state=0)
     x = x.astype(np.float32)
+    flush = np.zeros(args.flush_mb << 17) if args.flush_mb else None  # float64: 8 bytes each
     console = Console(width=200)
     records: list[dict[str, Any]] = []
 
-    table = Table(title=f"Tree ensembles, CPU ms per predict_proba call ({args.threads} thread)")
+    cold = f", cold: {args.flush_mb} MB flushed before each call" if flush is not None else ""
+    title = f"Tree ensembles, CPU ms per predict_proba call ({args.threads} thread{cold})"
+    table = Table(title=title)
     for column in ("model", "batch", "source", *OTHERS, *strategies, "auto", "auto vs best other"):
         table.add_column(column, justify="right")
     for case in cases:
@@ -275,8 +308,12 @@ def main(argv: list[str] | None = None) -> int:
             for name in strategies:
                 if name in too_slow:
                     continue
+                max_batch = min(batch, args.max_batch or batch)
                 options = compiler.CompileOptions(
-                    tree_strategy=name, max_batch=batch, warmup=False, methods=("predict_proba",)
+                    tree_strategy=name,
+                    max_batch=max_batch,
+                    warmup=False,
+                    methods=("predict_proba",),
                 )
                 try:
                     model = compiler.compile(est, options=options)
@@ -297,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
                 for name, predict in runners.items():
                     if round_ and times[name][0] > args.budget_s * 1e3:
                         continue
-                    times[name].append(_cpu_ms(predict, rows))
+                    times[name].append(_cpu_ms(predict, rows, flush=flush))
             med = {n: statistics.median(t) for n, t in times.items()}
             for name, ms in med.items():
                 if ms > args.budget_s * 1e3:
@@ -306,7 +343,9 @@ def main(argv: list[str] | None = None) -> int:
             best_other = min(v for n, v in med.items() if n == "source" or n in OTHERS)
             records.append(
                 {"family": case.family, "size": case.size, "trees": case.trees, **shape}
-                | {"batch": batch, "ms": med, "deviation": deviation, "compile_s": compile_s}
+                | {"batch": batch, "max_batch": min(batch, args.max_batch or batch)}
+                | {"flush_mb": args.flush_mb, "ms": med, "deviation": deviation}
+                | {"compile_s": compile_s}
             )
             table.add_row(
                 case.label,
