@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 import lazy as lz
+from lazy.nan import nan_reaching_columns
 
 from .context import Context, check_fitted
 from .errors import UnsupportedError
@@ -146,12 +147,17 @@ class CompiledModel:
         self._decoders = _decoders(traced)
         if options.backend == "interpreter":
             self._runner = lambda feed: lz.run_program(traced.program, feed)
+            stages: tuple[Any, ...] = traced.program.stages
         else:
             compiled = lz.compile(
                 traced.program, options.lazy_options(), options.cache, warmup=options.warmup
             )
             self._runner = compiled
             self.compiled = compiled
+            stages = tuple(compiled.stages)
+        #: Heads whose output row is NaN whenever its input row has a NaN the model must refuse:
+        #: for these the per-request path looks for NaN in the output, not in the whole input.
+        self.nan_checked_on_output = _heads_surfacing_nan(traced, stages)
 
     def run(self, data: Any) -> dict[str, np.ndarray]:
         """Every compiled head on ``data`` (rows: array, DataFrame, dict rows or columns)."""
@@ -183,8 +189,15 @@ class CompiledModel:
             raise AttributeError(
                 f"this model was compiled without {method!r}; it has {list(self.methods)}"
             )
-        feed, _ = self.schema.to_feed(data, self._dtype)
+        on_output = method in self.nan_checked_on_output
+        feed, _ = self.schema.to_feed(data, self._dtype, check_nan=not on_output)
         raw = self._runner(feed)[method]
+        # One pass over the output instead of the input. A NaN there without one in the input
+        # (inf - inf inside the model) is no error: the input check finds nothing, the output
+        # stands, and the input's own inf - inf in that check's sum is no warning either.
+        if on_output and np.isnan(raw).any():
+            with np.errstate(invalid="ignore"):
+                self.schema.check_missing(feed["x"])  # names the row and column
         decoder = self._decoders.get(method)
         return raw if decoder is None else decoder(raw)
 
@@ -207,6 +220,27 @@ class CompiledModel:
     def outputs(self, data: Any) -> Mapping[str, Output]:
         """Every head as the source's method returns it (see :meth:`decode`)."""
         return self.decode(self.run(data))
+
+
+def _heads_surfacing_nan(traced: Traced, stages: tuple[Any, ...]) -> frozenset[str]:
+    """The methods whose raw output row certainly holds a NaN when its input row has one in a
+    column that rejects NaN (``stages``: what the runner runs, so that the analysis sees the
+    graph after the lazy passes). Only single-graph programs qualify: a host step may drop NaN."""
+    schema = traced.schema
+    rejected = schema.rejects_nan - schema.vocabularies.keys()
+    if not rejected or len(stages) != 1:
+        return frozenset()
+    stage = stages[0]
+    graph = getattr(stage, "graph", None)  # a GraphStage or a CompiledGraph
+    if not isinstance(graph, lz.Graph) or "x" not in graph.input_names:
+        return frozenset()
+    reaching = nan_reaching_columns(graph, "x")
+    refs = dict(traced.program.outputs)
+    return frozenset(
+        method
+        for method in traced.methods
+        if rejected <= reaching.get(refs.get(method, ""), frozenset())
+    )
 
 
 def _decoders(traced: Traced) -> dict[str, Callable[[np.ndarray], Output]]:

@@ -230,15 +230,21 @@ class InputSchema:
         }
 
     # -- rows → arrays -----------------------------------------------------------------------
-    def to_feed(self, data: Any, dtype: Any = np.float64) -> tuple[dict[str, np.ndarray], int]:
-        """The graph inputs for ``data`` (``x`` in ``dtype``) and its number of rows."""
+    def to_feed(
+        self, data: Any, dtype: Any = np.float64, *, check_nan: bool = True
+    ) -> tuple[dict[str, np.ndarray], int]:
+        """The graph inputs for ``data`` (``x`` in ``dtype``) and its number of rows.
+
+        ``check_nan=False`` skips the scan for missing values in :attr:`rejects_nan` columns: the
+        caller then owes :meth:`check_missing` of ``x`` (say, only when the graph's output shows a
+        NaN that such a value would certainly have caused; see :mod:`lazy.nan`)."""
         if self.round_down and np.dtype(dtype) == np.float32:
-            feed, rows = self._to_feed(data, np.float64)
+            feed, rows = self._to_feed(data, np.float64, check_nan)
             feed["x"] = narrow_rounding_down(feed["x"], self.round_down)
             return feed, rows
-        return self._to_feed(data, dtype)
+        return self._to_feed(data, dtype, check_nan)
 
-    def _to_feed(self, data: Any, dtype: Any) -> tuple[dict[str, np.ndarray], int]:
+    def _to_feed(self, data: Any, dtype: Any, check_nan: bool) -> tuple[dict[str, np.ndarray], int]:
         # Fast path, once per request: a float matrix of the right width for an all-numeric
         # model needs no per-column work. When every column rejects NaN, x·x (one BLAS dot;
         # squares are >= 0, so no inf - inf) is NaN exactly when some value is.
@@ -250,10 +256,12 @@ class InputSchema:
             and not self.vocabularies
         ):
             x = data if data.dtype is dtype else data.astype(dtype, copy=False)
-            if self.rejects_nan and (
-                len(self.rejects_nan) != x.shape[1] or math.isnan(np.vdot(x, x))
+            if (
+                check_nan
+                and self.rejects_nan
+                and (len(self.rejects_nan) != x.shape[1] or math.isnan(np.vdot(x, x)))
             ):
-                self._check_missing(x)  # names the column and row
+                self.check_missing(x)  # names the column and row
             return {"x": x}, x.shape[0]
         x = self._numeric_matrix(data, dtype)
         if x is not None:  # the common case: one conversion, no per-column Python
@@ -273,7 +281,8 @@ class InputSchema:
                     x[:, j] = _to_float(values, col.name, strict=False, groups=groups)
                 else:
                     x[:, j] = _to_float(values, col.name, strict=True)
-        self._check_missing(x)
+        if check_nan:
+            self.check_missing(x)
         return feed, x.shape[0]
 
     def _numeric_matrix(self, data: Any, dtype: Any) -> np.ndarray | None:
@@ -291,7 +300,9 @@ class InputSchema:
                 return frame.to_numpy(dtype=dtype)
         return None
 
-    def _check_missing(self, x: np.ndarray) -> None:
+    def check_missing(self, x: np.ndarray) -> None:
+        """Raise :class:`SchemaError` naming the first row and column of ``x`` (the encoded
+        matrix) with a NaN in a column that rejects missing values; nothing if there is none."""
         columns = sorted(self.rejects_nan - self.vocabularies.keys())
         if not columns or not x.size:
             return
