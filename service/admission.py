@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from service.adaptive_limit import AdaptiveLimit
 from service.errors import PayloadTooLarge, ServiceError, TooManyRequests
 from service.metrics import Metrics
 
@@ -27,22 +28,45 @@ _WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
 
 
 class ScoringLoad:
-    """Scoring requests in progress, and the cap above which more are shed (None: no cap).
+    """Scoring requests in progress, and the limit above which more are shed (None: no limit):
+    a fixed ``cap``, or an :class:`AdaptiveLimit` that follows their latency below it.
 
     One per application: every layer that admits scoring requests counts against it."""
 
-    __slots__ = ("cap", "in_flight")
+    __slots__ = ("adaptive", "cap", "in_flight")
 
-    def __init__(self, cap: int | None = None) -> None:
+    def __init__(self, cap: int | None = None, *, adaptive: AdaptiveLimit | None = None) -> None:
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
             raise ValueError(f"the scoring in-flight cap must be a positive integer, got {cap!r}")
+        if adaptive is not None and adaptive.ceiling != cap:
+            raise ValueError(f"an adaptive limit's ceiling must be the cap, {cap!r}")
         self.cap = cap
+        self.adaptive = adaptive
         self.in_flight = 0
 
     @property
+    def limit(self) -> int | None:
+        """The number of scoring requests admitted at once now."""
+        return self.adaptive.value if self.adaptive is not None else self.cap
+
+    @property
     def saturated(self) -> bool:
-        """Whether one more scoring request would exceed the cap."""
-        return self.cap is not None and self.in_flight >= self.cap
+        """Whether one more scoring request would exceed the limit."""
+        limit = self.limit
+        return limit is not None and self.in_flight >= limit
+
+    def enter(self) -> None:
+        """A scoring request was admitted."""
+        self.in_flight += 1
+        if self.adaptive is not None:
+            self.adaptive.admitted(self.in_flight)
+
+    def leave(self, handled_s: float | None) -> None:
+        """An admitted scoring request ended; ``handled_s`` is how long it took to answer once
+        its body had arrived, or None if it did not succeed (its time says nothing of load)."""
+        self.in_flight -= 1
+        if handled_s is not None and self.adaptive is not None:
+            self.adaptive.completed(handled_s)
 
 
 @dataclass(slots=True)
@@ -102,7 +126,7 @@ class Admission:
             # Keep-alive: the body (small, under the scoring limit) is read by the server's HTTP
             # parser anyway, and a client retrying after 429 should not pay for a new connection.
             refused = TooManyRequests(
-                f"the server is at its limit of {self.scoring.cap} scoring requests in progress; "
+                f"the server is at its limit of {self.scoring.limit} scoring requests in progress; "
                 "retry shortly",
                 retry_after_s=1,
             )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import AsyncIterator
 from http import HTTPStatus
@@ -30,6 +31,7 @@ import compiler
 import lazy as lz
 from service import artifacts, batcher, codecs, fastpath, openapi, store
 from service.access import Auth
+from service.adaptive_limit import AdaptiveLimit
 from service.admission import Admission, ScoringLoad
 from service.errors import (
     BadRequest,
@@ -392,11 +394,21 @@ def create_app(
 
     # One for the application: the middleware's two instances (the ordinary stack's and the
     # fast path's) and the HTTP protocol of `kestrel serve` (service/shedding.py) share it.
+    cap = settings.max_in_flight
+    adaptive = (
+        AdaptiveLimit(cap, tolerance=settings.in_flight_tolerance)
+        if settings.adaptive_in_flight and cap is not None
+        else None
+    )
+    scoring = ScoringLoad(cap, adaptive=adaptive)
+    metrics.in_flight_limit.set_function(
+        lambda: math.inf if scoring.limit is None else scoring.limit
+    )
     app.state.admission = Admission(
         metrics=metrics,
         limit_for=limit_for,
         model_label=model_label,
-        scoring=ScoringLoad(settings.max_in_flight),
+        scoring=scoring,
         refusal=auth.refusal,
     )
     app.add_middleware(ServiceMiddleware, admission=app.state.admission)

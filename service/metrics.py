@@ -124,6 +124,11 @@ class Metrics:
             ("kind",),
             registry=r,
         )
+        self.in_flight_limit = Gauge(
+            "kestrel_scoring_in_flight_limit",
+            "Scoring requests admitted at once before 429 overloaded (adaptive or fixed).",
+            registry=r,
+        )
         self.rejections = Counter(
             "kestrel_rejections",
             "Requests refused, by reason.",

@@ -75,11 +75,15 @@ class ServiceMiddleware:
         received = 0
         started = False
 
+        body_done: float | None = None  # when the last of the body arrived
+
         async def limited_receive() -> Message:
-            nonlocal received
+            nonlocal received, body_done
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
+                if not message.get("more_body", False):
+                    body_done = time.perf_counter()
                 if received > limit:
                     # Raised inside the app, so its handler answers 413 like any service error.
                     raise PayloadTooLarge(
@@ -101,7 +105,7 @@ class ServiceMiddleware:
         in_flight = metrics.in_flight_count(kind)
         in_flight.n += 1
         if scoring:
-            load.in_flight += 1
+            load.enter()
         try:
             await self.app(scope, limited_receive, send_with_id)
         except ClientDisconnect:
@@ -117,11 +121,15 @@ class ServiceMiddleware:
                 await _send_error(send, rid, path, internal)
         finally:
             in_flight.n -= 1
+            end = time.perf_counter()
             if scoring:
-                load.in_flight -= 1
+                # The adaptive limit learns from the time a request took once its body was in:
+                # a slow upload is the client's pace, not the server's load.
+                handled = end - (body_done or start) if status < 400 else None
+                load.leave(handled)
             route = _route(scope)
             model = admission.model_label(scope.get("path_params", {}).get("name"))
-            elapsed = time.perf_counter() - start
+            elapsed = end - start
             requests, seconds = metrics.request_children(model, route, status)
             requests.inc()
             seconds.observe(elapsed)

@@ -9,7 +9,7 @@ import ipaddress
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MiB = 1 << 20
@@ -60,6 +60,15 @@ class Settings(BaseSettings):
         description="scoring requests in progress per process before 429, refused before their "
         "body is read (load shedding; empty: no limit)",
     )
+    adaptive_in_flight: bool = Field(
+        False,
+        description="let the in-flight limit follow scoring latency, with max_in_flight as its "
+        "ceiling: it shrinks while requests queue beyond in_flight_tolerance x their unqueued "
+        "latency and grows back while they do not (see docs/reliability.md)",
+    )
+    in_flight_tolerance: float = Field(
+        2.0, ge=1, description="adaptive in-flight limit: median latency allowed over normal"
+    )
     batch_wait_ms: float = Field(0.0, ge=0, description="extra wait for a batch to fill")
     request_timeout_s: float | None = Field(
         None, gt=0, description="default per-request deadline (a request may set a shorter one)"
@@ -87,6 +96,14 @@ class Settings(BaseSettings):
     @classmethod
     def _empty_disables(cls, value: object) -> object:
         return None if value in ("", None) else value
+
+    @model_validator(mode="after")
+    def _adaptive_needs_a_ceiling(self) -> Settings:
+        if self.adaptive_in_flight and self.max_in_flight is None:
+            raise ValueError(
+                "KESTREL_ADAPTIVE_IN_FLIGHT needs KESTREL_MAX_IN_FLIGHT as its ceiling"
+            )
+        return self
 
     @property
     def is_loopback(self) -> bool:
