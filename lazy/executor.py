@@ -227,21 +227,35 @@ class CompiledGraph:
         return self._run_chunked(arrays, rows)
 
     def _run_chunked(self, arrays: list[np.ndarray], rows: int) -> list[np.ndarray]:
-        # The few rows before the first aligned one run as a chunk of their own, so that every
-        # large chunk after them is read in place rather than copied by the backend.
-        # Only graphs with large buckets bother: elsewhere a chunk's compute dwarfs its copy.
+        # The few rows before the first aligned one do not start a chunk, so that every large
+        # chunk after them is read in place rather than copied by the backend. They ride with
+        # the last chunk when it is padded into a bucket they also fit (one call fewer), else
+        # run on their own. Only graphs with large buckets bother: elsewhere a chunk's compute
+        # dwarfs its copy.
         buckets = self.buckets
         large = buckets.call_rows > buckets.max_batch
         skip = aligned_start(arrays, buckets.max_batch) if large else 0
-        spans = [(0, skip)] if skip else []
-        spans.extend(buckets.chunks(rows, skip))
+        calls = [[span] for span in buckets.chunks(rows, skip)]  # each call's row spans
+        if skip:
+            tail = calls[-1][0][1] - calls[-1][0][0]
+            if buckets.index(tail + skip) == buckets.index(tail):
+                calls[-1].insert(0, (0, skip))
+            else:
+                calls.insert(0, [(0, skip)])
         results: list[np.ndarray] = []
-        for i, j in spans:
-            parts = self._run([a[i:j] for a in arrays], j - i)
+        for spans in calls:
+            if len(spans) == 1:
+                inputs = [a[spans[0][0] : spans[0][1]] for a in arrays]
+            else:
+                inputs = [np.concatenate([a[i:j] for i, j in spans]) for a in arrays]
+            parts = self._run(inputs, sum(j - i for i, j in spans))
             if not results:
                 results = [np.empty((rows, *p.shape[1:]), p.dtype) for p in parts]
-            for result, part in zip(results, parts, strict=True):
-                result[i:j] = part
+            offset = 0
+            for i, j in spans:
+                for result, part in zip(results, parts, strict=True):
+                    result[i:j] = part[offset : offset + j - i]
+                offset += j - i
         return results
 
     def _run(self, arrays: list[np.ndarray], rows: int) -> list[np.ndarray]:

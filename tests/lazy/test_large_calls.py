@@ -52,9 +52,19 @@ def test_unaligned_rows_run_aligned_chunks_after_a_short_prefix(graph, cache) ->
     assert aligned_start([aligned], 8) == 0
     assert aligned_start([shifted], 8) == 2  # 16 + 2 rows x 24 bytes = 64
     assert aligned_start([shifted[:, :5]], 8) == 0  # not contiguous: the backend copies it
+    # Rows 0-1 ride with the padded tail: 998 = 7 x 128 + 64 + 32 + 6, the 6 with them in 8.
     before = compiled.stats.chunks
     got = compiled({"x": shifted})
-    assert compiled.stats.chunks - before == 11  # rows 0-1, then 998 = 7 x 128 + 64 + 32 + 6
+    assert compiled.stats.chunks - before == 10
+    want = compiled({"x": aligned})
+    np.testing.assert_allclose(got["proba"], want["proba"], rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(got["label"], want["label"])
+    # A tail that fills its bucket exactly is not padded: the two rows run on their own.
+    aligned, shifted = _x(1002), _x(1002, offset_bytes=16)
+    shifted[...] = aligned
+    before = compiled.stats.chunks
+    got = compiled({"x": shifted})  # 2, then 7 x 128 + 64 + 32 + 8
+    assert compiled.stats.chunks - before == 11
     want = compiled({"x": aligned})
     np.testing.assert_allclose(got["proba"], want["proba"], rtol=1e-6, atol=1e-7)
     np.testing.assert_array_equal(got["label"], want["label"])
