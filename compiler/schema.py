@@ -238,7 +238,7 @@ class InputSchema:
         ``check_nan=False`` skips the scan for missing values in :attr:`rejects_nan` columns: the
         caller then owes :meth:`check_missing` of ``x`` (say, only when the graph's output shows a
         NaN that such a value would certainly have caused; see :mod:`lazy.nan`)."""
-        if self.round_down and np.dtype(dtype) == np.float32:
+        if self.round_down and np.dtype(dtype) == np.float32 and not _float32_exact(data):
             feed, rows = self._to_feed(data, np.float64, check_nan)
             feed["x"] = narrow_rounding_down(feed["x"], self.round_down)
             return feed, rows
@@ -361,21 +361,59 @@ class InputSchema:
         return [array[:, j] for j in range(n)]
 
 
+def _float32_exact(data: Any) -> bool:
+    """Whether every value of ``data`` (an array or DataFrame) is exactly a float32 by its
+    dtype: then narrowing rounds nothing, and the round-down pass (a float64 copy of the rows
+    and a pass over it: 13 ms for 100k float32 rows × 50 columns, which go as they are) would
+    change no value."""
+    if isinstance(data, np.ndarray):
+        dtypes = [data.dtype]
+    elif hasattr(data, "dtypes") and hasattr(data, "iloc"):  # a pandas DataFrame
+        dtypes = list(data.dtypes)
+    else:
+        return False
+    return all(
+        isinstance(d, np.dtype)
+        and (
+            d.kind == "b"
+            or (d.kind == "f" and d.itemsize <= 4)
+            or (d.kind in "iu" and d.itemsize <= 2)
+        )
+        for d in dtypes
+    )
+
+
+#: Rows :func:`narrow_rounding_down` converts per pass: a block's float64 rows and temporaries
+#: stay in cache (100k rows × 50 columns: 13 ms in 4096-row blocks, 36 ms in one pass).
+NARROW_BLOCK_ROWS = 4096
+
+
 def narrow_rounding_down(x: np.ndarray, columns: frozenset[int]) -> np.ndarray:
     """``x`` (float64, 2-D) as float32: ``columns`` rounded toward -inf (the largest float32 not
     above each value; beyond float32's range, its largest finite value), the rest to nearest.
     NaN stays NaN."""
-    with np.errstate(over="ignore"):  # beyond float32's range: inf, then the largest below
-        narrow = x.astype(np.float32)
+    narrow = np.empty(x.shape, np.float32)
     every = len(columns) == x.shape[1]
     index = slice(None) if every else sorted(columns)
-    part = narrow if every else narrow[:, index]
-    rounded_up = part.astype(np.float64) > (x if every else x[:, index])
-    if rounded_up.any():
-        part[rounded_up] = np.nextafter(part[rounded_up], np.float32(-np.inf))
-        if not every:
-            narrow[:, index] = part
+    for start in range(0, x.shape[0], NARROW_BLOCK_ROWS):
+        stop = start + NARROW_BLOCK_ROWS
+        _narrow_block(x[start:stop], narrow[start:stop], index, every)
     return narrow
+
+
+def _narrow_block(x: np.ndarray, narrow: np.ndarray, index: Any, every: bool) -> None:
+    """:func:`narrow_rounding_down` of rows ``x`` into ``narrow`` (float32, same shape)."""
+    with np.errstate(over="ignore"):  # beyond float32's range: inf, then the largest below
+        narrow[...] = x
+    part = narrow if every else narrow[:, index]
+    rounded_up = part > (x if every else x[:, index])  # float32 vs float64: compared exactly
+    # One float32 step toward -inf on the bits, elementwise (no per-value nextafter): a
+    # positive value's bits minus one, a negative one's (and -0.0's) plus one; +inf becomes
+    # the largest finite float32.
+    bits = part.view(np.int32)
+    bits -= ((bits >> 31) | 1) * rounded_up
+    if not every:
+        narrow[:, index] = part
 
 
 def _has_str(data: Any) -> bool:

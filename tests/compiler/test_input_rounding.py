@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import lightgbm as lgb
 import numpy as np
+import pandas as pd
 import pytest
 from sklearn.ensemble import (
     HistGradientBoostingClassifier,
@@ -14,7 +15,7 @@ from sklearn.ensemble import (
 )
 
 import compiler
-from compiler.schema import narrow_rounding_down
+from compiler.schema import NARROW_BLOCK_ROWS, InputSchema, narrow_rounding_down
 
 
 def rounded_data(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -43,6 +44,37 @@ def test_narrowing_rounds_the_chosen_columns_down_and_the_rest_to_nearest() -> N
     assert np.isnan(got[0, 0]) and got[0, 1] == np.inf
     assert got[1, 0] == np.finfo(np.float32).max and got[1, 1] == -np.inf
     assert np.array_equal(got[2], np.float32([0.1, -0.1, 1.5]))
+
+
+def test_narrowing_in_blocks_equals_narrowing_each_row() -> None:
+    rng = np.random.default_rng(2)
+    rows = 2 * NARROW_BLOCK_ROWS + 3  # two full blocks and a partial one
+    x = rng.normal(size=(rows, 4)) * 10.0 ** rng.integers(-40, 40, size=(rows, 4))
+    x[-1] = [-1e-50, 1e-50, -0.0, 1e39]  # round to -0.0 / +0.0 / -0.0 / inf first
+    for columns in (frozenset(range(4)), frozenset({1, 3})):
+        got = narrow_rounding_down(x, columns)
+        each = np.concatenate([narrow_rounding_down(x[i : i + 1], columns) for i in range(rows)])
+        assert np.array_equal(got.view(np.int32), each.view(np.int32))
+    got = narrow_rounding_down(x[-1:], frozenset(range(4)))[0]
+    tiny = np.float32(np.finfo(np.float32).smallest_subnormal)
+    assert list(got) == [-tiny, 0.0, -0.0, np.finfo(np.float32).max]
+    assert np.signbit(got[2]) and not np.signbit(got[1])
+
+
+def test_float32_rows_skip_the_rounding_pass() -> None:
+    """float32 values narrow exactly: the rows go to the graph as they are, not copied."""
+    x, y = rounded_data()
+    model = lgb.LGBMClassifier(n_estimators=10, verbose=-1, random_state=0).fit(x, y)
+    schema: InputSchema = compiler.trace(model).schema
+    assert schema.round_down
+    rows = np.ascontiguousarray(x[:100], dtype=np.float32)
+    feed, n = schema.to_feed(rows, np.float32)
+    assert n == 100 and feed["x"] is rows
+    widened, _ = schema.to_feed(rows.astype(np.float64), np.float32)
+    assert np.array_equal(widened["x"], rows)
+    frame = pd.DataFrame(rows, columns=[f"f{i}" for i in range(rows.shape[1])])
+    feed, _ = schema.to_feed(frame, np.float32)
+    assert np.array_equal(feed["x"], rows)
 
 
 def _decision_paths_match(compiled: compiler.CompiledModel, model, x: np.ndarray) -> None:
