@@ -21,6 +21,22 @@ also evicts runtime code from the caches, so host work costs more in place than 
 
 Runs with only jax, numpy and scikit-learn installed.
 
+Tried on jaxlib 0.10.2, 1 thread, a loaded 2-core box (ratios within one interleaved run; the
+executable's call + ``np.asarray``, lower is faster) — none moved the batch-1 call beyond noise:
+- ``--xla_cpu_use_thunk_runtime=false``: "no longer supported", ignored; MLP 0.94x median /
+  1.14x min, LR 0.97x / 1.00x (a second copy of the default: 0.95-1.01x).
+- ``JAX_CPU_ENABLE_ASYNC_DISPATCH=false``: MLP 0.98x / 0.90x, LR 1.01x / 0.96x.
+- multi-threaded Eigen (no ``--xla_cpu_multi_thread_eigen=false``): 0.97-1.01x.
+- per-executable options (YNNPACK fusions off, XNNPACK/oneDNN dot fusions, fast math, opt
+  presets): the same DotThunk at batch 1, 0.9-1.1x; a dot as multiply + reduce: 1.4-2.4x slower.
+- entry points: ``Compiled.__call__`` 1.1x ``Compiled._call`` (what JaxExecutable uses);
+  ``jax.jit`` and ``xla_executable.execute`` on device arrays no faster; ``block_until_ready``
+  then ``np.asarray`` = ``np.asarray``.
+Where the time goes (perf): the first dot of a call costs ~30 µs of the MLP's ~50 µs (1 row,
+50→100: 46 µs vs 16 µs for an identity program; a second dot adds ~3 µs): XLA's DotThunk
+hands it to the intra-op Eigen pool (a thread hop; the idle worker spins on the same core).
+No jaxlib 0.10.2 option keeps a dot on the calling thread. See bench/xla_options.py.
+
 Usage: python bench/call_overhead.py [--pipelines a,b,d,i] [--rounds R] [--calls N]
            [--threads T] [--quick] [--profile]
 """

@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import pickle
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 import jax
@@ -43,6 +44,16 @@ ROW_BLOCK = 16384
 #: random reads hit L2: a 100-tree forest of depth ~20 walked tree by tree ran 2x faster in
 #: 2048-row blocks than in one 10k-row pass; depth 8 lockstep walks ~1.3x.
 GATHER_BLOCK_BYTES = 1 << 18
+
+#: A value of one XLA compile option (a ``DebugOptions`` field, set per executable).
+OptionValue = str | bool | int
+#: Per-executable XLA options on CPU devices: none, jaxlib's defaults. Tried on jaxlib 0.10.2
+#: (bench/xla_options.py, bench/call_overhead.py's notes): turning its YNNPACK library fusions off
+#: (``{"xla_cpu_experimental_ynn_fusion_type": ""}``) ran a bare 50→100→100→1 MLP 0.86-0.95x
+#: the time at 1024 rows, but with Kestrel's compiled MLP / LR / forest (1-10k rows) jaxlib's
+#: defaults took 0.84-1.02x the time of YNN-off: no gain to take (a loaded box; noise ±10 %);
+#: fast math, vector width and opt presets compiled to the same code or timed within noise.
+CPU_COMPILER_OPTIONS: dict[str, OptionValue] = {}
 
 
 def gather_row_block(graph: Graph, policy: DTypePolicy, row_block: int) -> int:
@@ -135,6 +146,26 @@ def _column_reads(body: Any) -> dict[Node, int]:
     return {node: axis for node, axis in axes.items() if node in candidates}
 
 
+#: Cache line and L1 set span (bytes) behind :func:`_column_major`'s padding.
+_LINE = 64
+
+
+def _column_major(x: Any, axis: int) -> tuple[Any, int]:
+    """``x`` with ``axis`` moved first, and the rows' own length: a 2-D result's rows are padded
+    to an odd number of cache lines. Bucket sizes are powers of two, so unpadded rows start a
+    multiple of 4 KB apart and all map to the same few L1 sets; a loop step that reads 30 of
+    them (a bit-vector tree's splits) then missed L1 on every read: 2x slower."""
+    x = jnp.moveaxis(x, axis, 0)
+    length = x.shape[-1]
+    if x.ndim != 2:
+        return x, length
+    itemsize = x.dtype.itemsize
+    lines = -(-length * itemsize // _LINE)
+    lines += 1 - lines % 2  # odd: consecutive rows spread over every set
+    pad = (lines * _LINE) // itemsize - length
+    return (jnp.pad(x, ((0, 0), (0, pad))) if pad > 0 else x), length
+
+
 def _loop(n: Node, a: list[Any], low: Lowering) -> Any:
     # One XLA while loop, the body lowered by this same rule table (nested loops recurse): a
     # Python-unrolled loop would hand XLA trip_count copies of the body to compile.
@@ -144,15 +175,17 @@ def _loop(n: Node, a: list[Any], low: Lowering) -> Any:
     # outside the loop): each read is then one contiguous row that vectorizes across the batch,
     # instead of a strided gather per element.
     moved = _column_reads(body)
+    lengths: dict[Node, int] = {}  # a moved invariant's row length, before padding
     for k, node in enumerate(body.inputs[2:]):
         if node in moved:
-            invariants[k] = jnp.moveaxis(invariants[k], moved[node], 0)
+            invariants[k], lengths[node] = _column_major(invariants[k], moved[node])
     rules = RULES
     if moved:
 
         def take(m: Node, args: list[Any], inner: Lowering) -> Any:
             if m.inputs[0] in moved:
-                return lax.dynamic_index_in_dim(args[0], args[1], 0, keepdims=False)
+                row = lax.dynamic_index_in_dim(args[0], args[1], 0, keepdims=False)
+                return row if row.ndim != 1 else row[: lengths[m.inputs[0]]]
             return RULES[Op.TAKE](m, args, inner)
 
         rules = {**RULES, Op.TAKE: take}
@@ -254,30 +287,66 @@ class JaxExecutable:
         return list(map(np.asarray, self._call(*inputs, *params)))
 
 
+def _checked_options(options: dict[str, OptionValue], device: Any) -> dict[str, OptionValue]:
+    """``options`` if XLA accepts them; a clear error naming the bad one otherwise."""
+    for key, value in options.items():
+        if not isinstance(key, str) or not isinstance(value, str | bool | int):
+            raise BackendError(
+                f"compiler option {key!r}={value!r}: names are str, values str, bool or int"
+            )
+    if options:
+        _try_options(tuple(sorted(options.items())), device)
+    return options
+
+
+@lru_cache(maxsize=16)
+def _try_options(items: tuple[tuple[str, OptionValue], ...], device: Any) -> None:
+    # XLA checks option names and values only when compiling: compile a one-op program once per
+    # set, so a typo fails at backend creation, not at the first request of some bucket.
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    spec = jax.ShapeDtypeStruct((1,), jnp.float32, sharding=sharding)
+    lowered = jax.jit(lambda x: x + 1).trace(spec).lower()
+    try:
+        lowered.compile(compiler_options=dict(items))
+    except Exception as exc:  # XLA raises its own runtime error type; name the options
+        raise BackendError(f"XLA rejected compiler_options {dict(items)}: {exc}") from exc
+
+
 class JaxBackend(Backend):
     name = "jax"
     rules = RULES
 
-    def __init__(self, device: Any = None, row_block: int = ROW_BLOCK) -> None:
+    def __init__(
+        self,
+        device: Any = None,
+        row_block: int = ROW_BLOCK,
+        compiler_options: Mapping[str, OptionValue] | None = None,
+    ) -> None:
+        """``compiler_options``: XLA options for every executable this backend compiles (None:
+        :data:`CPU_COMPILER_OPTIONS` on a CPU device, none elsewhere); checked here, once."""
         if row_block < 1:
             raise ValueError(f"row_block must be >= 1, got {row_block}")
         self.device = device if device is not None else jax.devices()[0]
         self.row_block = row_block
+        if compiler_options is None:
+            compiler_options = CPU_COMPILER_OPTIONS if self.device.platform == "cpu" else {}
+        self.compiler_options = _checked_options(dict(compiler_options), self.device)
         self._sharding = jax.sharding.SingleDeviceSharding(self.device)
 
     def fingerprint(self) -> str:
-        return ";".join(
-            [
-                f"jax={jax.__version__}",
-                f"jaxlib={jaxlib.__version__}",
-                f"platform={self.device.platform}",
-                f"device_kind={self.device.device_kind}",
-                f"x64={bool(jax.config.jax_enable_x64)}",
-                f"xla_flags={os.environ.get('XLA_FLAGS', '')}",
-                f"row_block={self.row_block}",
-                f"gather_block_bytes={GATHER_BLOCK_BYTES}",
-            ]
-        )
+        parts = [
+            f"jax={jax.__version__}",
+            f"jaxlib={jaxlib.__version__}",
+            f"platform={self.device.platform}",
+            f"device_kind={self.device.device_kind}",
+            f"x64={bool(jax.config.jax_enable_x64)}",
+            f"xla_flags={os.environ.get('XLA_FLAGS', '')}",
+            f"row_block={self.row_block}",
+            f"gather_block_bytes={GATHER_BLOCK_BYTES}",
+        ]
+        if self.compiler_options:  # only when set: keys cached without options stay valid
+            parts.append(f"compiler_options={sorted(self.compiler_options.items())}")
+        return ";".join(parts)
 
     def _check_policy(self, policy: DTypePolicy) -> None:
         if policy is DTypePolicy.X64 and not jax.config.jax_enable_x64:
@@ -338,7 +407,7 @@ class JaxBackend(Backend):
         t1 = time.perf_counter()
         lowered = traced.lower()
         t2 = time.perf_counter()
-        compiled = lowered.compile()
+        compiled = lowered.compile(compiler_options=dict(self.compiler_options))
         t3 = time.perf_counter()
         return JaxExecutable(compiled), CompileTimes(t1 - t0, t2 - t1, t3 - t2)
 
