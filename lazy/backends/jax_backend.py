@@ -44,6 +44,10 @@ ROW_BLOCK = 16384
 #: random reads hit L2: a 100-tree forest of depth ~20 walked tree by tree ran 2x faster in
 #: 2048-row blocks than in one 10k-row pass; depth 8 lockstep walks ~1.3x.
 GATHER_BLOCK_BYTES = 1 << 18
+#: Bumped whenever this module lowers the same graph to different code (2: loop-invariant
+#: columns padded to an odd number of cache lines). It keys the executable cache, so an upgrade
+#: never reuses executables a persisted cache holds from an older lowering.
+LOWERING_REVISION = 2
 
 #: A value of one XLA compile option (a ``DebugOptions`` field, set per executable).
 OptionValue = str | bool | int
@@ -343,6 +347,7 @@ class JaxBackend(Backend):
             f"xla_flags={os.environ.get('XLA_FLAGS', '')}",
             f"row_block={self.row_block}",
             f"gather_block_bytes={GATHER_BLOCK_BYTES}",
+            f"lowering={LOWERING_REVISION}",
         ]
         if self.compiler_options:  # only when set: keys cached without options stay valid
             parts.append(f"compiler_options={sorted(self.compiler_options.items())}")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import lazy as lz
-from lazy.backends.jax_backend import _column_major
+from lazy.backends.jax_backend import LOWERING_REVISION, JaxBackend, _column_major
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
@@ -47,3 +47,9 @@ def test_padded_column_reads_match_the_interpreter(rows: int) -> None:
     expected = lz.run_program(program, {"x": data})["out"]
     compiled = lz.compile(program, lz.Options(backend="jax", max_batch=1024), warmup=False)
     np.testing.assert_allclose(compiled({"x": data})["out"], expected, rtol=1e-6)
+
+
+def test_the_lowering_revision_keys_the_cache() -> None:
+    """Executables persisted before the padding (revision 1) are not reused by this lowering."""
+    assert LOWERING_REVISION >= 2
+    assert f"lowering={LOWERING_REVISION}" in JaxBackend().fingerprint()
