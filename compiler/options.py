@@ -20,6 +20,9 @@ class CompileOptions:
     estimator has). ``max_batch`` is the largest small bucket; ``call_rows`` the most rows one
     executable call runs (None: derived from the graph's per-row intermediates, see
     ``lazy.executor.call_rows_for``; ``max_batch``: chunk larger calls at ``max_batch``).
+    ``host_rows``: buckets of at most this many rows are timed at warm-up on numpy on the host
+    too, and run there where that is faster (0: always on ``backend``; see
+    ``lazy.executor.HOST_ROWS``).
     """
 
     dtype: Literal["float32", "float64"] = "float32"
@@ -29,6 +32,7 @@ class CompileOptions:
     backend: str = "jax"
     max_batch: int = 1024
     call_rows: int | None = None
+    host_rows: int = lz.HOST_ROWS
     warmup: bool = True
     cache: Any = None  # a lazy.ExecutableCache; None: the process-wide default
 
@@ -39,4 +43,5 @@ class CompileOptions:
             max_batch=self.max_batch,
             dtype_policy=policy,
             call_rows=self.call_rows,
+            host_rows=self.host_rows,
         )

@@ -21,7 +21,16 @@ from .errors import (
     RowMixingError,
     ShapeError,
 )
-from .executor import CompiledGraph, CompiledProgram, Options, ParamMode, compile, default_cache
+from .executor import (
+    HOST_ROWS,
+    CompiledGraph,
+    CompiledProgram,
+    Options,
+    ParamMode,
+    Placement,
+    compile,
+    default_cache,
+)
 from .graph import Graph
 from .interpreter import evaluate, run_program
 from .loop import LoopBody, fori_loop
@@ -70,6 +79,7 @@ from .tensor import (
 from .verify import verify
 
 __all__ = [
+    "HOST_ROWS",
     "IR_VERSION",
     "SPECS",
     "B",
@@ -97,6 +107,7 @@ __all__ = [
     "Op",
     "Options",
     "ParamMode",
+    "Placement",
     "Program",
     "RowMixingError",
     "RunStats",

@@ -11,7 +11,9 @@ each chunk's rows start on a 64-byte boundary where the caller's array allows it
 
 from __future__ import annotations
 
+import statistics
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -74,6 +76,51 @@ ALIGNMENT = 64
 MAX_LARGE_BUCKETS = 4
 
 
+#: Buckets of at most this many rows are timed at warm-up on the numpy backend too (straight-line
+#: host code, :mod:`lazy.backends.numpy_backend`), and run there where that is faster: a device
+#: call's fixed cost (XLA:CPU ~15 µs, ~45 µs with a dot) dwarfs a few rows of a linear model or
+#: an MLP, which numpy scores in ~10-20 µs. Beyond 16 rows the device wins on anything not trivial.
+HOST_ROWS = 16
+#: Graphs that would make more numpy calls than this per run (loop bodies count once per trip)
+#: are not even timed on the host: at ~1 µs a call they cannot beat a device call.
+HOST_MAX_CALLS = 256
+#: Interleaved rounds (each of :data:`HOST_TIMING_CALLS` calls per candidate) that decide a
+#: bucket's placement: the median round wins.
+HOST_TIMING_ROUNDS = 5
+HOST_TIMING_CALLS = 10
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a bucket runs (``"host"``: the numpy backend; ``"device"``: the graph's backend), and
+    the warm-up timings (µs per call, median rounds) that decided it."""
+
+    bucket: int
+    runs_on: str
+    host_us: float
+    device_us: float
+
+
+def host_calls(order: Sequence[Node]) -> int:
+    """How many numpy calls one run of ``order`` makes on the numpy backend (leaves make none;
+    a loop makes its body's calls once per trip)."""
+    calls = 0
+    for node in order:
+        if node.op is Op.LOOP:
+            calls += node.attr("trip_count") * host_calls(node.attr("body").order)
+        elif node.op not in (Op.INPUT, Op.PARAM, Op.CONST):
+            calls += 1
+    return calls
+
+
+def _time_round(fn: Callable[[], Any], rounds: list[float]) -> None:
+    """Append one round's µs per call of ``fn`` to ``rounds``."""
+    t0 = time.perf_counter()
+    for _ in range(HOST_TIMING_CALLS):
+        fn()
+    rounds.append((time.perf_counter() - t0) / HOST_TIMING_CALLS * 1e6)
+
+
 def row_bytes(graph: Graph, policy: DTypePolicy) -> int:
     """Bytes per row of every batched intermediate of ``graph`` (loop bodies included, once):
     an upper bound of what one row keeps live when nothing is fused or freed early."""
@@ -124,7 +171,8 @@ class Options:
 
     ``max_batch`` is the largest small bucket; ``call_rows`` the most rows one call runs (a power
     of two times ``max_batch``; None: :func:`call_rows_for` the graph; ``max_batch``: chunk every
-    larger call at ``max_batch``).
+    larger call at ``max_batch``). Buckets of at most ``host_rows`` rows may run on the host
+    instead (see :data:`HOST_ROWS`; 0: never).
     """
 
     backend: str | Backend = "jax"
@@ -133,6 +181,7 @@ class Options:
     param_mode: ParamMode = ParamMode()
     optimize: bool = True
     call_rows: int | None = None
+    host_rows: int = HOST_ROWS
 
 
 class CompiledGraph:
@@ -171,6 +220,11 @@ class CompiledGraph:
         self._params = self.backend.prepare_params(graph.param_values(), policy)
         self._fingerprint = self.backend.fingerprint()
         self._exes: list[Executable | None] = [None] * len(self.buckets)
+        # What each bucket's calls run: its executable and the parameters it takes (the host's
+        # own copies where warm-up placed the bucket on the host); None until first needed.
+        self._routes: list[tuple[Executable, Any] | None] = [None] * len(self.buckets)
+        #: Buckets warm-up timed on the host too, by bucket size.
+        self.placements: dict[int, Placement] = {}
 
     # -- compilation -------------------------------------------------------------------------
     def key(self, bucket: int) -> CacheKey:
@@ -194,6 +248,8 @@ class CompiledGraph:
         if not known:
             self.compiles[cause.value] += 1
         self._exes[index] = exe
+        if self._routes[index] is None:
+            self._routes[index] = (exe, self._params)
         return exe
 
     def warmup(self) -> None:
@@ -203,11 +259,41 @@ class CompiledGraph:
         self.ready = True
 
     def warm_bucket(self, index: int) -> None:
-        """Compile (or load) bucket ``index`` and run it once on zeros."""
+        """Compile (or load) bucket ``index`` and run it once on zeros; a bucket of at most
+        ``host_rows`` rows is then timed against the numpy backend, and the faster one kept."""
         bucket = self.buckets.sizes[index]
         exe = self._executable(index, CompileCause.WARMUP)
         dummy = [np.zeros((bucket, *shape), dtype) for _, shape, dtype, _ in self._inputs]
         exe(dummy, self._params)
+        if (
+            bucket <= self.options.host_rows
+            and self.backend.name != "numpy"
+            and host_calls(self.graph.order) <= HOST_MAX_CALLS
+        ):
+            self._place(index, exe, dummy)
+
+    def _place(self, index: int, exe: Executable, dummy: list[np.ndarray]) -> None:
+        """Time bucket ``index`` on the backend and on the host, in interleaved rounds, and route
+        its calls to the faster. Both compute the same graph in the same dtypes; which is faster
+        depends on the graph and the machine, so it is measured, not guessed."""
+        host = get_backend("numpy")
+        host_exe, _ = host.compile(self.graph, self.buckets.sizes[index], self._policy)
+        host_params = host.prepare_params(self.graph.param_values(), self._policy)
+        host_exe(dummy, host_params)
+        host_us: list[float] = []
+        device_us: list[float] = []
+        for _ in range(HOST_TIMING_ROUNDS):
+            _time_round(lambda: exe(dummy, self._params), device_us)
+            _time_round(lambda: host_exe(dummy, host_params), host_us)
+        placement = Placement(
+            self.buckets.sizes[index],
+            "host" if statistics.median(host_us) < statistics.median(device_us) else "device",
+            statistics.median(host_us),
+            statistics.median(device_us),
+        )
+        self.placements[placement.bucket] = placement
+        if placement.runs_on == "host":
+            self._routes[index] = (host_exe, host_params)
 
     # -- running -----------------------------------------------------------------------------
     def __call__(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -261,13 +347,17 @@ class CompiledGraph:
     def _run(self, arrays: list[np.ndarray], rows: int) -> list[np.ndarray]:
         index = self.buckets.index(rows)
         self.stats.chunks += 1
-        exe = self._exes[index] or self._executable(index, CompileCause.ON_DEMAND)
+        exe, params = self._routes[index] or self._route_on_demand(index)
         bucket = self._sizes[index]
         if bucket == rows:  # an exact bucket: no padded copy, no output slice
-            return exe(arrays, self._params)
+            return exe(arrays, params)
         self.stats.padded_rows += bucket - rows
-        outs = exe([pad_rows(a, bucket) for a in arrays], self._params)
+        outs = exe([pad_rows(a, bucket) for a in arrays], params)
         return [o[:rows] for o in outs]
+
+    def _route_on_demand(self, index: int) -> tuple[Executable, Any]:
+        exe = self._executable(index, CompileCause.ON_DEMAND)
+        return self._routes[index] or (exe, self._params)
 
     def _validate(self, inputs: Mapping[str, Any]) -> tuple[list[np.ndarray], int]:
         arrays = []

@@ -50,15 +50,16 @@ def _ndtri(p: np.ndarray) -> np.ndarray:
     return ndtri(np.asarray(p, np.float64))
 
 
-def _logsumexp(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
+# The helpers below keep their operands' float dtype, so the numpy backend shares them; callers
+# run them with float errors ignored (log(0) is -inf, as on every backend).
+def logsumexp(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
     m = np.max(x, axis=axes, keepdims=True)
     m = np.where(np.isfinite(m), m, 0.0)
-    with np.errstate(divide="ignore"):
-        out = np.log(np.sum(np.exp(x - m), axis=axes, keepdims=True)) + m
+    out = np.log(np.sum(np.exp(x - m), axis=axes, keepdims=True)) + m
     return out if keepdims else np.squeeze(out, axis=axes)
 
 
-def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
+def softmax(x: np.ndarray, axis: int) -> np.ndarray:
     e = np.exp(x - np.max(x, axis=axis, keepdims=True))
     return e / np.sum(e, axis=axis, keepdims=True)
 
@@ -71,12 +72,16 @@ def _in_bounds(n: Node, data: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return idx
 
 
-def _update(n: Node, x: np.ndarray, idx: np.ndarray, value: np.ndarray) -> np.ndarray:
-    axis = n.attr("axis") % x.ndim
-    _in_bounds(n, x, idx)
+def update_at(x: np.ndarray, axis: int, index: int, value: np.ndarray) -> np.ndarray:
+    """A copy of ``x`` with ``value`` at ``index`` of ``axis`` (``x`` itself is never written)."""
     out = x.copy()
-    out[(slice(None),) * axis + (int(idx),)] = value
+    out[(slice(None),) * axis + (index,)] = value
     return out
+
+
+def _update(n: Node, x: np.ndarray, idx: np.ndarray, value: np.ndarray) -> np.ndarray:
+    _in_bounds(n, x, idx)
+    return update_at(x, n.attr("axis") % x.ndim, int(idx), value)
 
 
 def _ctz(n: Node, x: np.ndarray) -> np.ndarray:
@@ -162,9 +167,9 @@ RULES: dict[Op, Rule] = {
     Op.MAX: lambda n, a, ctx: np.max(a[0], axis=n.attr("axes"), keepdims=n.attr("keepdims")),
     Op.MIN: lambda n, a, ctx: np.min(a[0], axis=n.attr("axes"), keepdims=n.attr("keepdims")),
     Op.REDUCE_AND: lambda n, a, ctx: _reduce_and(n, a[0]),
-    Op.LOGSUMEXP: lambda n, a, ctx: _logsumexp(a[0], n.attr("axes"), n.attr("keepdims")),
+    Op.LOGSUMEXP: lambda n, a, ctx: logsumexp(a[0], n.attr("axes"), n.attr("keepdims")),
     Op.ARGMAX: lambda n, a, ctx: np.argmax(a[0], axis=n.attr("axis")),
-    Op.SOFTMAX: lambda n, a, ctx: _softmax(a[0], n.attr("axis")),
+    Op.SOFTMAX: lambda n, a, ctx: softmax(a[0], n.attr("axis")),
     Op.CONCAT: lambda n, a, ctx: np.concatenate(a, axis=n.attr("axis")),
     Op.SLICE: lambda n, a, ctx: _slice(n, a[0]),
     Op.RESHAPE: lambda n, a, ctx: np.reshape(a[0], concrete(n.shape, ctx.batch)),

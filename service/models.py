@@ -122,6 +122,11 @@ class ModelVersion:
             out["schema"] = self.model.schema.as_dict()
             out["report"] = self.model.report.as_dict()
             out["methods"] = list(self.model.methods)
+            graphs = getattr(getattr(self.model, "compiled", None), "graphs", [])
+            # Small buckets warm-up found faster as numpy on the host than as a device call.
+            out["host_buckets"] = sorted(
+                {p.bucket for g in graphs for p in g.placements.values() if p.runs_on == "host"}
+            )
             if self.model.classes_ is not None:
                 out["classes"] = np.asarray(self.model.classes_).tolist()
         return out

@@ -179,10 +179,13 @@ def test_conformance(reg: compiler.Registration, case: Case, check: str) -> None
         est, table, _ = _fitted(case)
         model = _model(case, "jax")
         batch = _flat(model.outputs(_rows(table, slice(0, 12))))
+        # Within float32 tolerance, not bit for bit: a single row may run on the host (numpy,
+        # where warm-up timed it faster; lazy/executor.py HOST_ROWS) and a batch on the device,
+        # whose dots sum in different orders. Rows that leak into each other differ grossly.
         for i in range(12):
             row = _flat(model.outputs(_rows(table, slice(i, i + 1))))
             for method, values in row.items():
-                assert_same(method, values[0], batch[method][i], rtol=1e-6)
+                assert_same(method, values[0], batch[method][i])
     elif check == "row_order":
         est, table, _ = _fitted(case)
         model = _model(case, "jax")

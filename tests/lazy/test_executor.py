@@ -166,7 +166,9 @@ def _recording_backend():
 
 def test_an_exact_bucket_runs_the_callers_rows_without_a_padded_copy(graph, cache) -> None:
     backend = _recording_backend()
-    compiled = lz.compile(graph, lz.Options(backend=backend, max_batch=8), cache).graphs[0]
+    # host_rows=0: every bucket on the recording backend (none placed on the numpy host plan)
+    options = lz.Options(backend=backend, max_batch=8, host_rows=0)
+    compiled = lz.compile(graph, options, cache).graphs[0]
     backend.seen.clear()  # the warm-up calls
     x = _x(4)
     out = compiled({"x": x})
@@ -180,7 +182,7 @@ def test_an_exact_bucket_runs_the_callers_rows_without_a_padded_copy(graph, cach
 def test_parameters_are_not_transferred_per_call(graph, cache, capfd) -> None:
     import jax
 
-    compiled = lz.compile(graph, lz.Options(max_batch=8), cache).graphs[0]
+    compiled = lz.compile(graph, lz.Options(max_batch=8, host_rows=0), cache).graphs[0]
     x = _x(4)
     assert len(compiled.params) >= 2  # the optimized graph's parameters
     capfd.readouterr()

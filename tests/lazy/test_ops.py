@@ -15,7 +15,7 @@ import pytest
 import lazy as lz
 from lazy import B, Op
 from lazy import interpreter as interp
-from lazy.backends import jax_backend, torch_backend
+from lazy.backends import jax_backend, numpy_backend, torch_backend
 
 # --- completeness --------------------------------------------------------------------------------
 
@@ -24,6 +24,7 @@ TABLES: dict[str, Any] = {
     "interpreter": interp.RULES,
     "jax": jax_backend.RULES,
     "torch": torch_backend.RULES,
+    "numpy": numpy_backend.RULES,
 }
 
 
@@ -36,9 +37,9 @@ def test_every_op_has_exactly_one_entry_in_every_table(table: str) -> None:
     assert not extra, f"{table} has entries for things that are not ops: {extra}"
 
 
-@pytest.mark.parametrize("name", ["jax", "torch"])
+@pytest.mark.parametrize("name", ["jax", "torch", "numpy"])
 def test_backends_lower_with_their_module_tables(name: str) -> None:
-    module = {"jax": jax_backend, "torch": torch_backend}[name]
+    module = {"jax": jax_backend, "torch": torch_backend, "numpy": numpy_backend}[name]
     assert lz.get_backend(name).rules is module.RULES
 
 

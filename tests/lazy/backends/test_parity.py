@@ -26,7 +26,7 @@ import pytest
 import lazy as lz
 from lazy import B, Op
 
-BACKENDS = ("jax", "torch")
+BACKENDS = ("jax", "torch", "numpy")
 MAX_BATCH = 8
 #: Rows each case runs on: 5 pads to bucket 8; 21 chunks into 8 + 8 + 5 (padded to 8). One bucket
 #: keeps XLA compiles (most of this file's time) to one per case and backend.

@@ -1,0 +1,304 @@
+"""The host lowering: a graph as straight-line numpy on the calling thread, for tiny buckets.
+
+A device call has a fixed cost before any work: XLA:CPU's runtime takes ~15 µs per call, and the
+first dot of a call another ~30 µs (its thunk hands the dot to the intra-op pool). For one row of
+a logistic regression or an MLP that is most of the time; numpy runs the same few ops in ~10 µs.
+The executor (:class:`lazy.executor.CompiledGraph`) times this lowering against its backend on the
+smallest buckets at warm-up and keeps whichever is faster there.
+
+Each node binds once to a numpy callable with its attributes applied (a rule of :data:`RULES`
+takes the node and the bucket's :class:`Lowering`, and returns that callable); ``compile`` then
+generates one Python function that calls them in order, so a call costs the numpy calls and
+nothing else. Values keep the dtypes the policy lowers to (float32 stays float32): a dry run on
+the bucket's shapes finds the nodes where numpy's result type differs and casts there.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import scipy
+import scipy.special
+
+from ..dtypes import DTypePolicy
+from ..errors import BackendError
+from ..graph import Graph
+from ..interpreter import logsumexp, softmax, update_at
+from ..node import Node
+from ..ops import Op
+from .base import Backend, CompileTimes, Lowering
+
+#: Bumped whenever this module lowers the same graph to different code.
+LOWERING_REVISION = 1
+
+#: A numpy callable of a node's operands, with the node's attributes applied.
+Kernel = Callable[..., Any]
+#: Node and bucket → its kernel.
+Binder = Callable[[Node, Lowering], Kernel]
+
+_LEAVES = frozenset({Op.INPUT, Op.PARAM, Op.CONST})
+
+
+def _leaf(n: Node, low: Lowering) -> Kernel:
+    # Leaves become the generated function's arguments (inputs, parameters) or bound constants,
+    # never calls; this entry keeps the table complete and says where each leaf comes from.
+    raise BackendError(f"{n.op.name} is a leaf: the plan binds it, no kernel computes it")
+
+
+def _fixed(fn: Kernel) -> Binder:
+    """A kernel that needs nothing of the node (elementwise ufuncs)."""
+    return lambda n, low: fn
+
+
+def _reduce(ufunc: np.ufunc, *, typed: bool = False) -> Binder:
+    def bind(n: Node, low: Lowering) -> Kernel:
+        axes, keepdims = tuple(n.attr("axes")), n.attr("keepdims")
+        if typed:  # SUM: accumulate in the result's own dtype (bools count in int32)
+            dtype = np.dtype(low.dtype(n))
+            return lambda x: ufunc.reduce(x, axis=axes, dtype=dtype, keepdims=keepdims)
+        return lambda x: ufunc.reduce(x, axis=axes, keepdims=keepdims)
+
+    return bind
+
+
+def _ctz(n: Node, low: Lowering) -> Kernel:
+    # ~x & (x - 1) sets exactly the trailing zero bits (all of them for 0); count them.
+    unsigned = np.dtype(f"uint{np.dtype(low.dtype(n.inputs[0])).itemsize * 8}")
+    one = unsigned.type(1)
+    return lambda x: np.bitwise_count(~(u := x.view(unsigned)) & (u - one)).astype(np.int32)
+
+
+def _cast(n: Node, low: Lowering) -> Kernel:
+    dtype = np.dtype(low.dtype(n))
+    return lambda x: x.astype(dtype)
+
+
+def _take(n: Node, low: Lowering) -> Kernel:
+    axis = n.attr("axis")
+    return lambda data, idx: np.take(data, idx, axis=axis)
+
+
+def _take_along(n: Node, low: Lowering) -> Kernel:
+    axis = n.attr("axis")
+    return lambda data, idx: np.take_along_axis(data, idx, axis=axis)
+
+
+def _update(n: Node, low: Lowering) -> Kernel:
+    axis = n.attr("axis") % len(n.shape)
+    return lambda x, idx, value: update_at(x, axis, int(idx), value)
+
+
+def _argmax(n: Node, low: Lowering) -> Kernel:
+    axis, dtype = n.attr("axis"), np.dtype(low.dtype(n))
+    return lambda x: np.argmax(x, axis=axis).astype(dtype)
+
+
+def _slice(n: Node, low: Lowering) -> Kernel:
+    axis = n.attr("axis") % len(n.shape)
+    index = (slice(None),) * axis + (slice(n.attr("start"), n.attr("stop"), n.attr("step")),)
+    return lambda x: x[index]
+
+
+def _reshape(n: Node, low: Lowering) -> Kernel:
+    shape = low.shape(n)
+    return lambda x: x.reshape(shape)
+
+
+def _broadcast(n: Node, low: Lowering) -> Kernel:
+    shape = low.shape(n)
+    return lambda x: np.broadcast_to(x, shape)
+
+
+def _transpose(n: Node, low: Lowering) -> Kernel:
+    perm = tuple(n.attr("perm"))
+    return lambda x: x.transpose(perm)
+
+
+def _loop(n: Node, low: Lowering) -> Kernel:
+    # A Python loop over the body's own generated function (nested loops recurse). Loops of many
+    # steps are what this lowering is slow at; the executor's timing keeps them on the device.
+    body = n.attr("body")
+    inner = Lowering({}, {}, low.batch, low.policy)
+    step = _Plan(body.order, body.inputs, (), [body.output], inner).function
+    indices = [np.asarray(i, np.int32) for i in range(n.attr("trip_count"))]
+
+    def loop(carry: Any, *invariants: Any) -> Any:
+        for i in indices:
+            (carry,) = step(i, carry, *invariants)
+        return carry
+
+    return loop
+
+
+RULES: dict[Op, Binder] = {
+    Op.INPUT: _leaf,
+    Op.PARAM: _leaf,
+    Op.CONST: _leaf,
+    Op.NEG: _fixed(np.negative),
+    Op.ABS: _fixed(np.abs),
+    Op.EXP: _fixed(np.exp),
+    Op.LOG: _fixed(np.log),
+    Op.LOG1P: _fixed(np.log1p),
+    Op.SQRT: _fixed(np.sqrt),
+    Op.TANH: _fixed(np.tanh),
+    Op.SIGMOID: _fixed(scipy.special.expit),
+    Op.ERF: _fixed(scipy.special.erf),
+    Op.NDTRI: _fixed(scipy.special.ndtri),
+    Op.FLOOR: _fixed(np.floor),
+    Op.ISNAN: _fixed(np.isnan),
+    Op.NOT: _fixed(np.invert),  # logical on bools, bitwise on integers
+    Op.CTZ: _ctz,
+    Op.ADD: _fixed(np.add),
+    Op.SUB: _fixed(np.subtract),
+    Op.MUL: _fixed(np.multiply),
+    Op.DIV: _fixed(np.divide),
+    Op.POW: _fixed(np.power),
+    Op.MAXIMUM: _fixed(np.maximum),
+    Op.MINIMUM: _fixed(np.minimum),
+    Op.EQ: _fixed(np.equal),
+    Op.NE: _fixed(np.not_equal),
+    Op.LT: _fixed(np.less),
+    Op.LE: _fixed(np.less_equal),
+    Op.GT: _fixed(np.greater),
+    Op.GE: _fixed(np.greater_equal),
+    Op.AND: _fixed(np.bitwise_and),
+    Op.OR: _fixed(np.bitwise_or),
+    Op.XOR: _fixed(np.bitwise_xor),
+    Op.WHERE: _fixed(np.where),
+    Op.CAST: _cast,
+    Op.MATMUL: _fixed(np.matmul),
+    Op.TAKE: _take,
+    Op.TAKE_ALONG: _take_along,
+    Op.UPDATE: _update,
+    Op.SUM: _reduce(np.add, typed=True),
+    Op.MAX: _reduce(np.maximum),
+    Op.MIN: _reduce(np.minimum),
+    Op.REDUCE_AND: _reduce(np.bitwise_and),
+    Op.LOGSUMEXP: lambda n, low: lambda x: logsumexp(x, tuple(n.attr("axes")), n.attr("keepdims")),
+    Op.ARGMAX: _argmax,
+    Op.SOFTMAX: lambda n, low: lambda x: softmax(x, n.attr("axis")),
+    Op.CONCAT: lambda n, low: lambda *xs: np.concatenate(xs, axis=n.attr("axis")),
+    Op.SLICE: _slice,
+    Op.RESHAPE: _reshape,
+    Op.BROADCAST: _broadcast,
+    Op.TRANSPOSE: _transpose,
+    Op.LOOP: _loop,
+}
+
+
+class _Plan:
+    """``order`` (operands first) as one generated Python function of ``args`` then ``params``
+    (leaf nodes), returning the values of ``outputs`` as a list.
+
+    The dry run that specializes it executes every kernel once on zeros of the bucket's shapes
+    (``params`` on their values): it checks each result's shape, casts where numpy's result
+    dtype is not the lowered one, and copies outputs that would otherwise be views of a leaf.
+    """
+
+    def __init__(
+        self,
+        order: Sequence[Node],
+        args: Sequence[Node],
+        params: Sequence[tuple[Node, np.ndarray]],
+        outputs: Sequence[Node],
+        low: Lowering,
+    ) -> None:
+        names: dict[Node, str] = {}
+        namespace: dict[str, Any] = {}
+        values: dict[Node, Any] = {}
+        for k, node in enumerate(args):
+            names[node] = f"a{k}"
+            values[node] = np.zeros(low.shape(node), low.dtype(node))
+        for k, (node, value) in enumerate(params):
+            names[node] = f"p{k}"
+            values[node] = value
+        lines: list[str] = []
+        for k, node in enumerate(order):
+            if node in names:
+                continue
+            if node.op is Op.CONST:
+                names[node] = f"c{k}"
+                namespace[names[node]] = values[node] = np.asarray(
+                    node.attr("value").array, low.dtype(node)
+                )
+                continue
+            if node.op in _LEAVES:
+                raise BackendError(f"{node!r} is not among the plan's arguments")
+            kernel = RULES[node.op](node, low)
+            operands = [values[i] for i in node.inputs]
+            with np.errstate(all="ignore"):
+                result = np.asarray(kernel(*operands))
+            dtype, shape = np.dtype(low.dtype(node)), low.shape(node)
+            if result.shape != shape:
+                raise BackendError(
+                    f"numpy lowering of {node!r} gave shape {result.shape}, expected {shape}"
+                )
+            cast = result.dtype != dtype
+            values[node] = result.astype(dtype) if cast else result
+            names[node] = f"v{k}"
+            namespace[f"f{k}"] = kernel
+            call = f"f{k}({', '.join(names[i] for i in node.inputs)})"
+            lines.append(
+                f"    v{k} = {call}.astype({dtype.name!r})" if cast else f"    v{k} = {call}"
+            )
+        leaves = [values[n] for n in args] + [v for _, v in params] + list(namespace.values())
+        returned = []
+        for node in outputs:
+            shares = any(np.shares_memory(values[node], leaf) for leaf in leaves)
+            returned.append(f"{names[node]}.copy()" if shares else names[node])
+        signature = ", ".join([names[n] for n in args] + [names[n] for n, _ in params])
+        source = "\n".join(
+            [f"def plan({signature}):", *lines, f"    return [{', '.join(returned)}]"]
+        )
+        # Code generated from the graph's structure only: names are slot numbers, and every
+        # value (constants, kernels) is bound through the namespace, never spliced into source.
+        exec(compile(source, "<kestrel numpy plan>", "exec"), namespace)
+        self.source = source
+        self.function: Callable[..., list[Any]] = namespace["plan"]
+
+
+class NumpyExecutable:
+    """A graph's generated numpy function for one bucket; numpy in, numpy out."""
+
+    __slots__ = ("_function", "source")
+
+    def __init__(self, plan: _Plan) -> None:
+        self._function = plan.function
+        self.source = plan.source  # the generated Python, for debugging
+
+    def __call__(self, inputs: Sequence[np.ndarray], params: Sequence[Any]) -> list[np.ndarray]:
+        # Float errors (overflow to inf, 0/0) give the IEEE values the device gives, silently.
+        with np.errstate(all="ignore"):
+            return self._function(*inputs, *params)
+
+
+class NumpyBackend(Backend):
+    name = "numpy"
+    rules: Mapping[Op, Binder] = RULES  # type: ignore[assignment]  # binders, not eager rules
+
+    def fingerprint(self) -> str:
+        return f"numpy={np.__version__};scipy={scipy.__version__};lowering={LOWERING_REVISION}"
+
+    def prepare_params(self, values: Sequence[np.ndarray], policy: DTypePolicy) -> Any:
+        return tuple(np.ascontiguousarray(v, dtype=policy.lower(v.dtype.name)) for v in values)
+
+    def compile(
+        self, graph: Graph, bucket: int, policy: DTypePolicy
+    ) -> tuple[NumpyExecutable, CompileTimes]:
+        t0 = time.perf_counter()
+        params = self.prepare_params(graph.param_values(), policy)
+        low = Lowering({}, {}, bucket, policy)
+        plan = _Plan(
+            graph.order,
+            graph.inputs,
+            list(zip(graph.param_nodes, params, strict=True)),
+            graph.output_nodes,
+            low,
+        )
+        return NumpyExecutable(plan), CompileTimes(trace_s=time.perf_counter() - t0)
+
+
+BACKEND_CLASS = NumpyBackend

@@ -1,0 +1,82 @@
+"""The numpy backend's own guarantees, beyond per-op parity (``test_parity.py`` runs every op on it):
+generated straight-line code, lowered dtypes kept, no views of the caller's arrays returned, and
+float errors silent, as on a device."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import lazy as lz
+from tests.lazy.conftest import scaler_logreg
+
+
+def _compile(graph: lz.Graph, bucket: int) -> tuple[lz.backends.Executable, tuple[np.ndarray, ...]]:
+    backend = lz.get_backend("numpy")
+    exe, _ = backend.compile(graph, bucket, lz.DTypePolicy.X32)
+    return exe, backend.prepare_params(graph.param_values(), lz.DTypePolicy.X32)
+
+
+def test_a_graph_runs_as_one_generated_function_of_its_inputs_and_params() -> None:
+    graph = scaler_logreg()
+    exe, params = _compile(graph, 4)
+    assert exe.source.startswith("def plan(") and "for " not in exe.source  # straight-line
+    x = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
+    proba, label = exe([x], params)
+    want = lz.evaluate(graph, {"x": x})
+    assert proba.dtype == np.float32 and label.dtype == np.int32
+    np.testing.assert_allclose(proba, want["proba"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(label, want["label"])
+
+
+def test_results_keep_the_lowered_dtype_where_numpy_would_promote() -> None:
+    b = lz.Builder()
+    x = b.input("x", (3,), "float64")  # X32 lowers float64 to float32, int64 to int32
+    counts = lz.sum(lz.cast(x > 0.0, "int64"), axis=1)
+    scaled = x * lz.const(np.array([2.0, 3.0, 4.0]))
+    exe, params = _compile(b.graph({"n": counts, "s": scaled}), 2)
+    n, s = exe([np.array([[1, -1, 2], [0, 0, 0]], np.float32)], params)
+    assert n.dtype == np.int32 and s.dtype == np.float32
+    np.testing.assert_array_equal(n, [2, 0])
+
+
+def test_outputs_never_alias_the_callers_rows() -> None:
+    b = lz.Builder()
+    x = b.input("x", (2, 3))
+    exe, params = _compile(b.graph({"flat": lz.reshape(x, (lz.B, 6)), "same": x}), 2)
+    rows = np.arange(12, dtype=np.float32).reshape(2, 2, 3)
+    flat, same = exe([rows], params)
+    rows[:] = -1.0  # the caller reuses its buffer
+    np.testing.assert_array_equal(flat, np.arange(12).reshape(2, 6))
+    np.testing.assert_array_equal(same, np.arange(12).reshape(2, 2, 3))
+
+
+def test_float_errors_give_ieee_values_without_warnings() -> None:
+    b = lz.Builder()
+    x = b.input("x", (2,))
+    exe, params = _compile(b.graph({"log": lz.log(x), "inv": 1.0 / x, "exp": lz.exp(x * 100.0)}), 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        log, inv, exp = exe([np.array([[0.0, -1.0]], np.float32)], params)
+    assert log[0, 0] == -np.inf and np.isnan(log[0, 1])
+    assert inv[0, 0] == np.inf and exp[0, 0] == 1.0
+
+
+def test_loops_run_as_python_loops_over_the_bodys_own_function() -> None:
+    b = lz.Builder()
+    x = b.input("x", (3,))
+    out = lz.fori_loop(4, lambda i, carry, step: carry + step, x, x)  # x + 4x
+    exe, params = _compile(b.graph({"y": out}), 2)
+    x0 = np.ones((2, 3), np.float32)
+    (y,) = exe([x0], params)
+    np.testing.assert_array_equal(y, 5 * x0)
+
+
+def test_leaves_are_arguments_not_kernels() -> None:
+    from lazy.backends.numpy_backend import RULES
+
+    node = scaler_logreg().inputs[0]
+    with pytest.raises(lz.BackendError, match="leaf"):
+        RULES[lz.Op.INPUT](node, None)  # type: ignore[arg-type]

@@ -1,0 +1,115 @@
+"""Warm-up places the smallest buckets on the host (the numpy backend) where that is faster than
+the graph's backend, by timing both; every other bucket, and every graph too big for the host,
+stays on the backend. Results are the graph's either way."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import lazy as lz
+from lazy import executor
+from lazy.backends.jax_backend import JaxBackend
+from lazy.backends.numpy_backend import NumpyExecutable
+
+
+class _Slow:
+    """An executable that takes an extra millisecond per call (a slow device)."""
+
+    def __init__(self, exe: lz.backends.Executable) -> None:
+        self.exe = exe
+        self.calls = 0
+
+    def __call__(self, inputs, params):
+        self.calls += 1
+        time.sleep(1e-3)
+        return self.exe(inputs, params)
+
+
+class SlowJax(JaxBackend):
+    def __init__(self) -> None:
+        super().__init__()
+        self.exes: dict[int, _Slow] = {}
+
+    def fingerprint(self) -> str:
+        return super().fingerprint() + ";slow"
+
+    def compile(self, graph, bucket, policy):
+        exe, times = super().compile(graph, bucket, policy)
+        self.exes[bucket] = _Slow(exe)
+        return self.exes[bucket], times
+
+
+def _rows(n: int, features: int = 6) -> np.ndarray:
+    return np.random.default_rng(n).standard_normal((n, features)).astype(np.float32)
+
+
+def test_small_buckets_run_on_the_host_when_the_device_is_slower(graph, cache) -> None:
+    backend = SlowJax()
+    compiled = lz.compile(
+        graph, lz.Options(backend=backend, max_batch=64, call_rows=64), cache
+    ).graphs[0]
+    assert sorted(compiled.placements) == [1, 2, 4, 8, 16]  # buckets <= HOST_ROWS, timed
+    for placement in compiled.placements.values():
+        assert placement.runs_on == "host"
+        assert 0 < placement.host_us < placement.device_us
+    before = {bucket: exe.calls for bucket, exe in backend.exes.items()}
+    for rows in (1, 3, 16, 17, 64):
+        x = _rows(rows)
+        out = compiled({"x": x})
+        want = lz.evaluate(graph, {"x": x})
+        np.testing.assert_allclose(out["proba"], want["proba"], rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(out["label"], want["label"])
+    calls = {b: exe.calls - before[b] for b, exe in backend.exes.items()}
+    assert calls == {1: 0, 2: 0, 4: 0, 8: 0, 16: 0, 32: 1, 64: 1}  # 17 rows: bucket 32
+
+
+def test_buckets_stay_on_the_device_when_the_host_is_slower(graph, cache, monkeypatch) -> None:
+    call = NumpyExecutable.__call__
+
+    def slow(self, inputs, params):
+        time.sleep(1e-3)
+        return call(self, inputs, params)
+
+    monkeypatch.setattr(NumpyExecutable, "__call__", slow)
+    compiled = lz.compile(graph, lz.Options(max_batch=8), cache).graphs[0]
+    assert {p.runs_on for p in compiled.placements.values()} == {"device"}
+    assert all(p.device_us < p.host_us for p in compiled.placements.values())
+    x = _rows(2)
+    np.testing.assert_array_equal(
+        compiled({"x": x})["label"], lz.evaluate(graph, {"x": x})["label"]
+    )
+
+
+def test_host_rows_zero_keeps_every_bucket_on_the_device(graph, cache) -> None:
+    compiled = lz.compile(graph, lz.Options(max_batch=8, host_rows=0), cache).graphs[0]
+    assert compiled.placements == {}
+
+
+def test_the_numpy_backend_itself_needs_no_placement(graph, cache) -> None:
+    compiled = lz.compile(graph, lz.Options(backend="numpy", max_batch=8), cache).graphs[0]
+    assert compiled.placements == {}
+    x = _rows(5)
+    np.testing.assert_allclose(
+        compiled({"x": x})["proba"], lz.evaluate(graph, {"x": x})["proba"], rtol=1e-5, atol=1e-6
+    )
+
+
+def test_graphs_with_more_host_calls_than_the_limit_are_not_timed(cache) -> None:
+    b = lz.Builder()
+    x = b.input("x", (3,))
+    body_calls = 2
+    trips = executor.HOST_MAX_CALLS // body_calls + 1
+    y = lz.fori_loop(trips, lambda i, carry, step: carry * 0.5 + step, x, x)
+    graph = b.graph({"y": y})
+    assert executor.host_calls(graph.order) > executor.HOST_MAX_CALLS
+    compiled = lz.compile(graph, lz.Options(max_batch=4), cache).graphs[0]
+    assert compiled.placements == {}
+
+
+@pytest.mark.parametrize("host_rows", [1, 4])
+def test_only_buckets_up_to_host_rows_are_timed(graph, cache, host_rows: int) -> None:
+    compiled = lz.compile(graph, lz.Options(max_batch=16, host_rows=host_rows), cache).graphs[0]
+    assert sorted(compiled.placements) == [b for b in (1, 2, 4) if b <= host_rows]
