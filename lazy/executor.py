@@ -77,17 +77,18 @@ MAX_LARGE_BUCKETS = 4
 
 
 #: Buckets of at most this many rows are timed at warm-up on the numpy backend too (straight-line
-#: host code, :mod:`lazy.backends.numpy_backend`), and run there where that is faster: a device
-#: call's fixed cost (XLA:CPU ~15 µs, ~45 µs with a dot) dwarfs a few rows of a linear model or
-#: an MLP, which numpy scores in ~10-20 µs. Beyond 16 rows the device wins on anything not trivial.
-HOST_ROWS = 16
+#: host code, :mod:`lazy.backends.numpy_backend`) and run there where that is faster. A device
+#: call has a fixed cost (XLA:CPU ~15 µs, ~45 µs with a dot) that numpy does not pay: one thread,
+#: scaler + logistic regression ran 3.4-4.9x faster on the host from 64 to 1024 rows (0.85x at
+#: 16384), a 50-100-100-1 MLP 1.7x at 64 rows, 1.2x at 256, 0.85x at 1024.
+HOST_ROWS = 1024
 #: Graphs that would make more numpy calls than this per run (loop bodies count once per trip)
 #: are not even timed on the host: at ~1 µs a call they cannot beat a device call.
 HOST_MAX_CALLS = 256
 #: Interleaved rounds (each of :data:`HOST_TIMING_CALLS` calls per candidate) that decide a
 #: bucket's placement: the median round wins.
 HOST_TIMING_ROUNDS = 5
-HOST_TIMING_CALLS = 10
+HOST_TIMING_CALLS = 3
 
 
 @dataclass(frozen=True)
@@ -225,6 +226,15 @@ class CompiledGraph:
         self._routes: list[tuple[Executable, Any] | None] = [None] * len(self.buckets)
         #: Buckets warm-up timed on the host too, by bucket size.
         self.placements: dict[int, Placement] = {}
+        # Whether the next bucket warmed is worth timing on the host: the host's edge is the
+        # device call's fixed cost, which only shrinks as buckets grow, so once the device wins
+        # a bucket the larger ones are not timed.
+        self._host: tuple[Backend, Any] | None = None  # the numpy backend and its parameters
+        self._host_may_win = (
+            options.host_rows > 0
+            and self.backend.name != "numpy"
+            and host_calls(graph.order) <= HOST_MAX_CALLS
+        )
 
     # -- compilation -------------------------------------------------------------------------
     def key(self, bucket: int) -> CacheKey:
@@ -265,20 +275,18 @@ class CompiledGraph:
         exe = self._executable(index, CompileCause.WARMUP)
         dummy = [np.zeros((bucket, *shape), dtype) for _, shape, dtype, _ in self._inputs]
         exe(dummy, self._params)
-        if (
-            bucket <= self.options.host_rows
-            and self.backend.name != "numpy"
-            and host_calls(self.graph.order) <= HOST_MAX_CALLS
-        ):
+        if self._host_may_win and bucket <= self.options.host_rows:
             self._place(index, exe, dummy)
 
     def _place(self, index: int, exe: Executable, dummy: list[np.ndarray]) -> None:
         """Time bucket ``index`` on the backend and on the host, in interleaved rounds, and route
         its calls to the faster. Both compute the same graph in the same dtypes; which is faster
         depends on the graph and the machine, so it is measured, not guessed."""
-        host = get_backend("numpy")
+        if self._host is None:
+            backend = get_backend("numpy")
+            self._host = (backend, backend.prepare_params(self.graph.param_values(), self._policy))
+        host, host_params = self._host
         host_exe, _ = host.compile(self.graph, self.buckets.sizes[index], self._policy)
-        host_params = host.prepare_params(self.graph.param_values(), self._policy)
         host_exe(dummy, host_params)
         host_us: list[float] = []
         device_us: list[float] = []
@@ -294,6 +302,8 @@ class CompiledGraph:
         self.placements[placement.bucket] = placement
         if placement.runs_on == "host":
             self._routes[index] = (host_exe, host_params)
+        else:
+            self._host_may_win = False
 
     # -- running -----------------------------------------------------------------------------
     def __call__(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:

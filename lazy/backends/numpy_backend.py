@@ -244,7 +244,8 @@ class _Plan:
             lines.append(
                 f"    v{k} = {call}.astype({dtype.name!r})" if cast else f"    v{k} = {call}"
             )
-        leaves = [values[n] for n in args] + [v for _, v in params] + list(namespace.values())
+        leaves = [values[n] for n in args] + [v for _, v in params]
+        leaves += [values[n] for n in order if n.op is Op.CONST]
         returned = []
         for node in outputs:
             shares = any(np.shares_memory(values[node], leaf) for leaf in leaves)
