@@ -20,8 +20,8 @@ class CompileOptions:
     estimator has). ``max_batch`` is the largest small bucket; ``call_rows`` the most rows one
     executable call runs (None: derived from the graph's per-row intermediates, see
     ``lazy.executor.call_rows_for``; ``max_batch``: chunk larger calls at ``max_batch``).
-    ``host_rows``: buckets of at most this many rows are timed at warm-up on numpy on the host
-    too, and run there where that is faster (0: always on ``backend``; see
+    ``host_rows``: buckets of at most this many rows (default: all) are timed at warm-up on
+    numpy on the host too, and run there where that is faster (0: always on ``backend``; see
     ``lazy.executor.HOST_ROWS``).
     """
 

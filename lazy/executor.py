@@ -76,12 +76,14 @@ ALIGNMENT = 64
 MAX_LARGE_BUCKETS = 4
 
 
-#: Buckets of at most this many rows are timed at warm-up on the numpy backend too (straight-line
-#: host code, :mod:`lazy.backends.numpy_backend`) and run there where that is faster. A device
-#: call has a fixed cost (XLA:CPU ~15 µs, ~45 µs with a dot) that numpy does not pay: one thread,
-#: scaler + logistic regression ran 3.4-4.9x faster on the host from 64 to 1024 rows (0.85x at
-#: 16384), a 50-100-100-1 MLP 1.7x at 64 rows, 1.2x at 256, 0.85x at 1024.
-HOST_ROWS = 1024
+#: Buckets of at most this many rows (by default every bucket a graph can have) are timed at
+#: warm-up on the numpy backend too (straight-line host code, :mod:`lazy.backends.numpy_backend`)
+#: and run there where that is faster. A device call has a fixed cost (XLA:CPU ~15 µs, ~45 µs
+#: with a dot) that numpy does not pay, and numpy's BLAS beats XLA's dot on skinny matrices: one
+#: thread, scaler + logistic regression (50 features) ran 1.7x faster at 10k rows with every
+#: bucket on the host than with none, 3x at 100 rows; a 50-100-100-1 MLP 1.7x at 64 rows, 1.2x
+#: at 256, 0.85x at 1024 (where the device then keeps the bucket and every larger one).
+HOST_ROWS = 1 << 20
 #: Graphs that would make more numpy calls than this per run (loop bodies count once per trip)
 #: are not even timed on the host: at ~1 µs a call they cannot beat a device call.
 HOST_MAX_CALLS = 256
@@ -273,7 +275,9 @@ class CompiledGraph:
         ``host_rows`` rows is then timed against the numpy backend, and the faster one kept."""
         bucket = self.buckets.sizes[index]
         exe = self._executable(index, CompileCause.WARMUP)
-        dummy = [np.zeros((bucket, *shape), dtype) for _, shape, dtype, _ in self._inputs]
+        # Zeros written out, not np.zeros: a large np.zeros maps every page to the one zero page,
+        # which reads from L1 and would flatter whatever the timing below measures on it.
+        dummy = [np.full((bucket, *shape), 0, dtype) for _, shape, dtype, _ in self._inputs]
         exe(dummy, self._params)
         if self._host_may_win and bucket <= self.options.host_rows:
             self._place(index, exe, dummy)
