@@ -48,7 +48,7 @@ class Vocabulary:
         groups = _group_or_none(values)
         if groups is None:
             return self._encode_each(column, values)
-        return self._encode_groups(column, values, groups)
+        return self._encode_groups(column, groups)
 
     def _code(self, value: Any) -> int | None:
         """The code of one value; None: unknown, and unknown values are refused."""
@@ -58,13 +58,13 @@ class Vocabulary:
         code = self._index.get(key)
         return self.unknown if code is None else code
 
-    def _encode_groups(self, column: str, values: np.ndarray, groups: _Groups) -> np.ndarray:
+    def _encode_groups(self, column: str, groups: _Groups) -> np.ndarray:
         # One dictionary look-up per distinct value, then one gather for every row.
         looked_up = [self._code(u) for u in groups.uniques]
         refused = [i for i, code in enumerate(looked_up) if code is None]
         if refused:
             row = int(np.flatnonzero(np.isin(groups.inverse, refused))[0])
-            self._refuse(column, row, _item(values, row))
+            self._refuse(column, row, groups.uniques[groups.inverse[row]])
         return np.asarray(looked_up, np.int32)[groups.inverse]
 
     def _encode_each(self, column: str, values: np.ndarray) -> np.ndarray:
@@ -163,6 +163,49 @@ def _group_by_dict(items: list[Any]) -> _Groups:
     return _Groups(list(first), inverse)
 
 
+def _arrow_strings(column: Any) -> bool:
+    """Whether ``column`` (a DataFrame's column) is pandas' default string dtype (``str`` from
+    pandas 3.0): strings held in Arrow, missing values NaN, as ``to_numpy()`` gives them. Other
+    Arrow-backed columns (``ArrowDtype``, ``string[pyarrow]``) show pd.NA, not NaN, and keep the
+    per-object path, so that their missing values mean what they always did."""
+    import pandas as pd
+
+    dtype = getattr(column, "dtype", None)
+    return (
+        isinstance(dtype, pd.StringDtype)
+        and dtype.storage == "pyarrow"
+        and isinstance(dtype.na_value, float)
+        and math.isnan(dtype.na_value)
+        and isinstance(column.array, pd.arrays.ArrowExtensionArray)
+    )
+
+
+def _arrow_groups(column: Any) -> _Groups:
+    """The groups of an Arrow string column (:func:`_arrow_strings`) from Arrow's dictionary
+    encoding, with no Python object per row: 4 string columns of 10k rows encoded in 2.4 ms, 7.2
+    through objects (even at 512 rows). Arrow's nulls are the missing group, as NaN (what
+    ``to_numpy()`` shows, so that error messages name the same value)."""
+    import pyarrow as pa
+
+    arrow = column.array.__arrow_array__()
+    if isinstance(arrow, pa.ChunkedArray):
+        arrow = arrow.combine_chunks()
+    encoded = arrow.dictionary_encode()
+    uniques: list[Any] = encoded.dictionary.to_pylist()
+    inverse = encoded.indices.fill_null(len(uniques)).to_numpy(zero_copy_only=False)
+    if encoded.null_count:
+        uniques.append(math.nan)
+    return _Groups(uniques, inverse.astype(np.intp, copy=False))
+
+
+def _group_floats(groups: _Groups) -> np.ndarray:
+    """Each row's value as float64 (NaN where missing or not a number), decided per group."""
+    floats = [
+        float(u) if not _is_missing(u) and _takes_float(u) else math.nan for u in groups.uniques
+    ]
+    return np.asarray(floats, np.float64)[groups.inverse]
+
+
 def _group_or_none(values: np.ndarray) -> _Groups | None:
     """:func:`_group`, or None where it fails (say, an unhashable value): the per-value path then
     raises what it should, at the row where it should."""
@@ -182,11 +225,6 @@ def _missing_mask(values: np.ndarray) -> np.ndarray:
     if floats.any():
         mask[floats] = np.isnan(values[floats].astype(np.float64))
     return mask
-
-
-def _item(values: np.ndarray, row: int) -> Any:
-    """``values.tolist()[row]`` without the whole list (a Python scalar, as error messages show)."""
-    return values[row : row + 1].tolist()[0]
 
 
 @dataclass(frozen=True)
@@ -272,12 +310,16 @@ class InputSchema:
             feed = {"x": x}
             for j, (col, values) in enumerate(zip(self.columns, columns, strict=True)):
                 vocab = self.vocabularies.get(j)
-                if vocab is not None:
+                if vocab is not None and not isinstance(values, np.ndarray):
+                    groups = _arrow_groups(values)  # an Arrow string column (see _columns)
+                    feed[self.code_input(j)] = vocab._encode_groups(col.name, groups)
+                    x[:, j] = _group_floats(groups)
+                elif vocab is not None:
                     groups = _group_or_none(values)  # shared by the codes and the x column
                     if groups is None:
                         feed[self.code_input(j)] = vocab._encode_each(col.name, values)
                     else:
-                        feed[self.code_input(j)] = vocab._encode_groups(col.name, values, groups)
+                        feed[self.code_input(j)] = vocab._encode_groups(col.name, groups)
                     x[:, j] = _to_float(values, col.name, strict=False, groups=groups)
                 else:
                     x[:, j] = _to_float(values, col.name, strict=True)
@@ -322,14 +364,21 @@ class InputSchema:
                 "which this model does not accept"
             )
 
-    def _columns(self, data: Any) -> list[np.ndarray]:
+    def _columns(self, data: Any) -> list[Any]:
+        """``data``'s columns as 1-D numpy arrays, except a DataFrame's categorical columns of
+        Arrow strings, which stay pandas columns (:func:`_arrow_groups` encodes them)."""
         n = len(self.columns)
         if hasattr(data, "columns") and hasattr(data, "iloc"):  # a pandas DataFrame
             if self.named:
                 missing = [c for c in self.names if c not in data.columns]
                 if missing:
                     raise SchemaError(f"missing columns {missing}; expected {self.names}")
-                return [data[c].to_numpy() for c in self.names]
+                columns = [data[c] for c in self.names]
+                arrow = len(data) > _DICT_GROUPING_MAX_ROWS  # below, Arrow's fixed costs lose
+                return [
+                    c if arrow and j in self.vocabularies and _arrow_strings(c) else c.to_numpy()
+                    for j, c in enumerate(columns)
+                ]
             data = data.to_numpy()
         if isinstance(data, Mapping):  # columnar: {column: values}
             missing = [c for c in self.names if c not in data]

@@ -253,3 +253,40 @@ def test_unusual_values_take_the_per_value_path_with_its_errors() -> None:
     schema = InputSchema((Column("n"),), named=True)
     with pytest.raises(SchemaError, match=r"^column 'n', row 1: 'x' is not a number$"):
         schema.to_feed({"n": np.array(["1.5", "x"])})
+
+
+def test_arrow_string_columns_encode_as_their_objects_do() -> None:
+    # Above _DICT_GROUPING_MAX_ROWS rows a frame's column of pandas' default string dtype is
+    # grouped by Arrow's dictionary encoding, never turned into objects: codes, floats and errors
+    # must be those of its objects.
+    rng = np.random.default_rng(2)
+    n = schema_module._DICT_GROUPING_MAX_ROWS + 300
+    values = np.array(["red", "green", "1.5", "teal", "-0"], object)[rng.integers(0, 5, n)]
+    values[rng.random(n) < 0.1] = None
+    halves = [values[: n // 2], values[n // 2 :]]  # concat: a column of two Arrow chunks
+    frame = pd.concat([pd.DataFrame({"s": pd.Series(h, dtype="str")}) for h in halves])
+    assert schema_module._arrow_strings(frame["s"])
+    objects = frame["s"].to_numpy()  # NaN where missing
+    vocab = Vocabulary(("green", "red", "1.5"), unknown=3)
+    schema = InputSchema((Column("s"),), named=True, vocabularies={0: vocab})
+    feed, rows = schema.to_feed(frame, np.float64)
+    assert rows == n
+    _assert_same(feed["code:s"], ref_encode(vocab, "s", objects))
+    _assert_same(feed["x"][:, 0], ref_to_float(objects, "s", strict=False))
+    for known, bad in (
+        (("green", "red", "1.5", "-0", None), "'teal'"),
+        (("green", "red", "1.5", "teal", "-0"), "nan"),
+    ):
+        strict = InputSchema((Column("s"),), named=True, vocabularies={0: Vocabulary(known)})
+        row = next(i for i, v in enumerate(objects.tolist()) if repr(v) == bad)
+        with pytest.raises(SchemaError, match=rf"^column 's', row {row}: unknown category {bad} "):
+            strict.to_feed(frame, np.float64)
+
+
+def test_other_arrow_string_columns_keep_the_object_path() -> None:
+    # ArrowDtype strings show a missing value as pd.NA, a value like any other to the encoder.
+    import pyarrow as pa
+
+    column = pd.Series(["a", None] * 600, dtype=pd.ArrowDtype(pa.string()))
+    assert not schema_module._arrow_strings(column)
+    assert not schema_module._arrow_strings(pd.Series(["a", None] * 600, dtype="string[python]"))
