@@ -20,7 +20,7 @@ from .ops import ConstValue, GraphAttr
 from .shapes import BatchDim
 
 #: Bump when the meaning of a serialized graph changes (op semantics, encoding).
-IR_VERSION = 1
+IR_VERSION = 2  # 2: LOOP gained stop_column
 
 
 def _encode(value: Any) -> Any:

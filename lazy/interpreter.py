@@ -107,7 +107,8 @@ def _slice(n: Node, x: np.ndarray) -> np.ndarray:
 
 def _loop(n: Node, args: list[np.ndarray], ctx: Context) -> np.ndarray:
     # A Python loop over the body's nodes: the index is a scalar, the carry and the invariants
-    # keep their (float64 / int64) oracle arrays from iteration to iteration.
+    # keep their (float64 / int64) oracle arrays from iteration to iteration. Every trip runs,
+    # stop_column or not: backends that end early are checked against the full count.
     body = n.attr("body")
     carry, invariants = args[0], args[1:]
     for i in range(n.attr("trip_count")):

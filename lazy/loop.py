@@ -22,8 +22,8 @@ import numpy as np
 
 from .errors import GraphError, ShapeError
 from .node import Node, topological
-from .ops import GraphAttr, Op
-from .tensor import LazyTensor, _make
+from .ops import GraphAttr, Op, check_stop_column
+from .tensor import LazyTensor, _make, where
 
 #: Nesting depth of the body being traced: it names body inputs, so that an inner body can never
 #: mistake an outer body's input (an interned node) for its own.
@@ -109,13 +109,24 @@ def _check_closed(inputs: Sequence[Node], order: Sequence[Node]) -> None:
             )
 
 
-def fori_loop(trip_count: int, body: Body, init: LazyTensor, *invariants: LazyTensor) -> LazyTensor:
+def fori_loop(
+    trip_count: int,
+    body: Body,
+    init: LazyTensor,
+    *invariants: LazyTensor,
+    stop_column: int | None = None,
+) -> LazyTensor:
     """``carry = body(i, carry, *invariants)`` for ``i`` in ``range(trip_count)``; returns the carry.
 
     ``body`` is called once, on lazy stand-ins: ``i`` is an int32 scalar (shape ``()``), ``carry``
     and each invariant have the type of ``init`` and of the matching invariant (batch axis
     included). It must return a value of the carry's shape and dtype, built only from its
     arguments and constants.
+
+    ``stop_column=c`` (a (B, k) carry): a row whose ``carry[:, c]`` is nonzero after a trip keeps
+    that carry from then on (the loop wraps the body so), and backends may end the loop once
+    every row has stopped: an iterative solver's rows converge in a few of its ``trip_count``
+    trips, and the rest need not run. Each row's result is the same either way.
     """
     if (
         isinstance(trip_count, (bool, np.bool_))
@@ -127,6 +138,8 @@ def fori_loop(trip_count: int, body: Body, init: LazyTensor, *invariants: LazyTe
         if not isinstance(value, LazyTensor):
             what = "init" if k == 0 else f"invariant {k - 1}"
             raise TypeError(f"fori_loop {what} must be a LazyTensor, got {type(value).__name__}")
+    if stop_column is not None:
+        check_stop_column(init.node.type, stop_column)
     depth = _depth.get()
     index = Node.make(Op.INPUT, name=f"loop{depth}.i", shape=(), dtype="int32")
     stand_ins = [
@@ -136,6 +149,10 @@ def fori_loop(trip_count: int, body: Body, init: LazyTensor, *invariants: LazyTe
     token = _depth.set(depth + 1)
     try:
         out = body(LazyTensor(index), *(LazyTensor(n) for n in stand_ins))
+        if stop_column is not None and isinstance(out, LazyTensor):
+            carry = LazyTensor(stand_ins[0])
+            flagged = carry[:, stop_column : stop_column + 1] != 0
+            out = where(flagged, carry, out)  # a stopped row keeps its carry
     finally:
         _depth.reset(token)
     if not isinstance(out, LazyTensor):
@@ -147,4 +164,10 @@ def fori_loop(trip_count: int, body: Body, init: LazyTensor, *invariants: LazyTe
             f"[body output built in {out.where_built()}]"
         )
     loop_body = LoopBody([index, *stand_ins], out.node)
-    return _make(Op.LOOP, [init, *invariants], trip_count=trip_count, body=loop_body)
+    return _make(
+        Op.LOOP,
+        [init, *invariants],
+        trip_count=trip_count,
+        body=loop_body,
+        stop_column=stop_column,
+    )

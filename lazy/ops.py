@@ -422,6 +422,49 @@ def recheck(order: Sequence[Any]) -> None:
             raise GraphError(f"{node!r} declares {node.type} but its operands give {inferred}")
 
 
+def check_stop_column(carry: TensorType, column: Any) -> None:
+    """``column`` names a column of ``carry``, a batched (B, k) matrix."""
+    if isinstance(column, bool) or not isinstance(column, int):
+        raise ShapeError(f"LOOP stop_column must be an int or None, got {column!r}")
+    if len(carry.shape) != 2 or not is_batched(carry.shape) or not 0 <= column < carry.shape[1]:
+        raise ShapeError(
+            f"LOOP stop_column {column} needs a (B, k) carry with k > {column}, got "
+            f"{carry.dtype}{list(carry.shape)}"
+        )
+
+
+def _check_stop_column(body: Any, column: Any) -> None:
+    """A LOOP may stop early once every row's carry has a nonzero ``stop_column`` (a flag the
+    body sets): only sound if a flagged row's carry never changes again, so the body's output
+    must be ``where(carry[:, c:c+1] != 0, carry, next)``, as ``fori_loop(stop_column=c)`` builds
+    it. Then each row's result is its own, however many trips the loop makes."""
+    if column is None:
+        return
+    carry = body.inputs[1]
+    check_stop_column(carry.type, column)
+    out = body.output
+    flag = out.inputs[0] if out.op is Op.WHERE else None
+    column_read = flag.inputs[0] if flag is not None and flag.op is Op.NE else None
+    zero = flag.inputs[1] if column_read is not None else None
+    if not (
+        out.op is Op.WHERE
+        and out.inputs[1] is carry
+        and column_read is not None
+        and column_read.op is Op.SLICE
+        and column_read.inputs[0] is carry
+        and normalize_axis(column_read.attr("axis"), 2) == 1
+        and (column_read.attr("start"), column_read.attr("stop")) == (column, column + 1)
+        and column_read.attr("step") == 1
+        and zero is not None
+        and zero.op is Op.CONST
+        and not np.any(zero.attr("value").array)
+    ):
+        raise ShapeError(
+            f"a LOOP with stop_column {column} must end its body with "
+            f"where(carry[:, {column}:{column + 1}] != 0, carry, next) (fori_loop builds it)"
+        )
+
+
 def _loop(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
     trip_count, body = attrs["trip_count"], attrs["body"]
     if isinstance(trip_count, bool) or not isinstance(trip_count, int) or trip_count < 0:
@@ -445,6 +488,7 @@ def _loop(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
             f"LOOP body returns {out.dtype}{list(out.shape)} but the carry is "
             f"{types[0].dtype}{list(types[0].shape)}"
         )
+    _check_stop_column(body, attrs["stop_column"])
     # The body's inputs carry the outer operands' batch axes, so re-deriving its nodes checks that
     # the body keeps rows apart (RowMixingError otherwise): the loop is row-local iff its body is.
     try:
@@ -513,7 +557,7 @@ def _build_table() -> dict[Op, OpSpec]:
     add(Op.BROADCAST, 1, ("shape",), _broadcast, "layout")
     add(Op.TRANSPOSE, 1, ("perm",), _transpose, "layout")
     # Operands: the initial carry, then the invariants (values every iteration reads).
-    add(Op.LOOP, None, ("trip_count", "body"), _loop, "control")
+    add(Op.LOOP, None, ("trip_count", "body", "stop_column"), _loop, "control")
     return table
 
 

@@ -7,9 +7,10 @@ method 2): starting from ``p = 1/k``, at most ``max(100, k)`` sweeps of coordina
 ``p'Qp``, stopping *before* a sweep once ``max_t |(Qp)_t - p'Qp| < 0.005 / k``. Two classes take
 the same path: libsvm never returns the Platt probability itself.
 
-On the device the sweeps are one LOOP of ``max(100, k)`` trips. Its carry is ``p`` plus a per-row
-"stopped" column: a row that met the stopping test keeps its ``p`` from then on, which is exactly
-libsvm's early exit, row by row, so rows stay independent. Every sweep repeats libsvm's arithmetic
+On the device the sweeps are one LOOP of at most ``max(100, k)`` trips. Its carry is ``p`` plus a
+per-row "stopped" column: a row that met the stopping test keeps its ``p`` from then on, which is
+exactly libsvm's early exit, row by row, so rows stay independent; the LOOP's ``stop_column`` lets
+a backend end once every row of a call has stopped (binary problems: after a few sweeps). Every sweep repeats libsvm's arithmetic
 in its order (sums over classes run j = 0, 1, …), so the float64 graph agrees with libsvm to
 rounding. In float32 a row whose stopping test lands within rounding of the tolerance may stop one
 sweep earlier or later than libsvm: that row then differs by about the size of one sweep's update.
@@ -93,7 +94,7 @@ def couple(r: lz.LazyTensor, k: int, ctx: Context) -> lz.LazyTensor:
     q = _q_matrix(r, k, ctx)
     start = np.append(np.full(k, 1.0 / k), 0.0).astype(ctx.dtype)  # p = 1/k, not stopped
     carry = lz.broadcast_to(ctx.const(start), (lz.B, k + 1))
-    out = lz.fori_loop(max(100, k), _sweep(k, 0.005 / k), carry, q)
+    out = lz.fori_loop(max(100, k), _sweep(k, 0.005 / k), carry, q, stop_column=k)
     return out[:, :k]
 
 

@@ -201,7 +201,21 @@ def _loop(n: Node, a: list[Any], low: Lowering) -> Any:
         (out,) = run_rules(rules, body, inner)
         return out
 
-    return lax.fori_loop(jnp.int32(0), jnp.int32(n.attr("trip_count")), step, init)
+    trips, stop = jnp.int32(n.attr("trip_count")), n.attr("stop_column")
+    if stop is None:
+        return lax.fori_loop(jnp.int32(0), trips, step, init)
+
+    # Ends once every row has stopped (each block of rows on its own): a stopped row's carry no
+    # longer changes (the body's form, checked by the op), so the remaining trips are no-ops.
+    def running(state: tuple[Any, Any]) -> Any:
+        i, carry = state
+        return (i < trips) & ~jnp.all(carry[:, stop] != 0)
+
+    def trip(state: tuple[Any, Any]) -> tuple[Any, Any]:
+        i, carry = state
+        return i + 1, step(i, carry)
+
+    return lax.while_loop(running, trip, (jnp.int32(0), init))[1]
 
 
 RULES: dict[Op, Rule] = {

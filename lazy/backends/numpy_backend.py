@@ -124,9 +124,12 @@ def _loop(n: Node, low: Lowering) -> Kernel:
     inner = Lowering({}, {}, low.batch, low.policy)
     step = _Plan(body.order, body.inputs, (), [body.output], inner).function
     indices = [np.asarray(i, np.int32) for i in range(n.attr("trip_count"))]
+    stop = n.attr("stop_column")
 
     def loop(carry: Any, *invariants: Any) -> Any:
         for i in indices:
+            if stop is not None and carry[:, stop].all():
+                break  # every row stopped: the remaining trips change nothing (see ops)
             (carry,) = step(i, carry, *invariants)
         return carry
 

@@ -15,6 +15,7 @@ import pytest
 
 import lazy as lz
 from lazy import B, Node, Op
+from lazy.errors import ShapeError
 from lazy.ops import TensorType
 from lazy.passes import inline_params, optimize, prune
 
@@ -137,11 +138,11 @@ def test_loop_operands_must_match_the_traced_body() -> None:
     node = lz.fori_loop(2, lambda i, c, v: c * v, x, x).node
     body = node.attr("body")
     with pytest.raises(lz.ShapeError, match=r"carry is .*\(B, 4\).*traced with .*\(B, 3\)"):
-        Node.make(Op.LOOP, [wide.node, x.node], trip_count=2, body=body)
+        Node.make(Op.LOOP, [wide.node, x.node], trip_count=2, body=body, stop_column=None)
     with pytest.raises(lz.ShapeError, match="a carry and 1 invariant"):
-        Node.make(Op.LOOP, [x.node], trip_count=2, body=body)
+        Node.make(Op.LOOP, [x.node], trip_count=2, body=body, stop_column=None)
     with pytest.raises(lz.ShapeError, match="loop body"):
-        Node.make(Op.LOOP, [x.node], trip_count=2, body="not a body")
+        Node.make(Op.LOOP, [x.node], trip_count=2, body="not a body", stop_column=None)
 
 
 # --- identity and the digest ---------------------------------------------------------------------
@@ -193,12 +194,14 @@ def _row_mixing_body(carry_type: TensorType) -> lz.LoopBody:
 def test_verify_rejects_a_loop_whose_body_mixes_rows() -> None:
     x = lz.Builder().input("x", (3,))
     body = _row_mixing_body(x.node.type)
-    loop = Node.unchecked(Op.LOOP, [x.node], {"trip_count": 2, "body": body}, x.node.type)
+    loop = Node.unchecked(
+        Op.LOOP, [x.node], {"trip_count": 2, "body": body, "stop_column": None}, x.node.type
+    )
     graph = lz.Graph([x.node], {"y": loop})
     with pytest.raises(lz.RowMixingError, match=r"LOOP.*in the LOOP body.*SUM.*combines rows"):
         lz.verify(graph)
     with pytest.raises(lz.RowMixingError, match="in the LOOP body"):
-        Node.make(Op.LOOP, [x.node], trip_count=2, body=body)
+        Node.make(Op.LOOP, [x.node], trip_count=2, body=body, stop_column=None)
 
 
 def test_a_row_mixing_body_fails_while_tracing() -> None:
@@ -282,3 +285,45 @@ def test_identical_second_compile_of_a_loop_hits_the_cache() -> None:
     assert cache.stats.hits >= n_buckets
     a = np.random.default_rng(1).uniform(0.1, 4.0, (3, 3)).astype(np.float32)
     np.testing.assert_allclose(second({"a": a})["sqrt"], np.sqrt(a), rtol=1e-6)
+
+
+def _counting_newton(x: lz.LazyTensor, trips: int) -> lz.LazyTensor:
+    """carry [y, stopped, trips run]: Newton's sqrt of x, flagged once within 1e-3."""
+
+    def body(i, carry, x):
+        y = carry[:, 0:1]
+        nxt = 0.5 * (y + x / y)
+        done = lz.cast(abs(nxt * nxt - x) < 1e-3 * x, "float32")
+        return lz.concat([nxt, done, carry[:, 2:3] + 1.0], axis=1)
+
+    start = lz.concat([x * 0.0 + 1.0, x * 0.0, x * 0.0], axis=1)
+    return lz.fori_loop(trips, body, start, x, stop_column=1)
+
+
+def test_a_stopped_row_keeps_its_carry_so_its_result_ignores_the_trip_count() -> None:
+    b = lz.Builder()
+    out = _counting_newton(b.input("x", (1,)), 40)
+    graph = b.graph({"out": out})
+    x = np.array([[4.0], [1e6]], np.float32)
+    result = lz.evaluate(graph, {"x": x})["out"]  # every trip runs on the interpreter
+    np.testing.assert_allclose(result[:, 0], [2.0, 1000.0], rtol=1e-3)
+    trips = result[:, 2]
+    assert trips[0] < trips[1] < 40  # each row counted only its own trips, then froze
+    for backend in ("jax", "numpy", "torch"):
+        compiled = lz.compile(graph, lz.Options(backend=backend, max_batch=2, host_rows=0))
+        got = compiled({"x": x})["out"]
+        np.testing.assert_allclose(got, result, rtol=1e-5, err_msg=backend)
+        np.testing.assert_array_equal(got[:, 2], trips, err_msg=backend)
+
+
+def test_stop_column_needs_the_frozen_row_form_and_a_batched_matrix_carry() -> None:
+    b = lz.Builder()
+    x = b.input("x", (2,))
+    with pytest.raises(ShapeError, match="stop_column 2 needs a"):
+        lz.fori_loop(3, lambda i, c, x: c + x, x, x, stop_column=2)
+    loop = lz.fori_loop(3, lambda i, c, x: c + x, x, x, stop_column=1).node
+    body = loop.attr("body")
+    plain = lz.fori_loop(3, lambda i, c, x: c + x, x, x).node.attr("body")
+    with pytest.raises(ShapeError, match=r"where\(carry\[:, 1:2\] != 0, carry, next\)"):
+        Node.make(Op.LOOP, [x.node, x.node], trip_count=3, body=plain, stop_column=1)
+    assert Node.make(Op.LOOP, [x.node, x.node], trip_count=3, body=body, stop_column=1) is loop

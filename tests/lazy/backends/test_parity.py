@@ -772,6 +772,22 @@ def _(t: Trace):
     return {"nested": lz.fori_loop(4, outer, x, x), "zero_trips": lz.fori_loop(0, outer, x, x)}
 
 
+@case(Op.LOOP, "stop_column_rows_converge_at_different_trips", rtol=1e-5, why="Newton steps")
+def _(t: Trace):
+    # The interpreter runs every trip; backends may end once all rows of a call have stopped
+    # (a one-row bucket stops at its row's own trip): each row must come out the same.
+    a = t.input("a", (1,), draw=uniform(0.05, 5000.0))
+
+    def newton(i, carry, a):
+        y = carry[:, 0:1]
+        nxt = 0.5 * (y + a / y)
+        done = lz.cast(abs(nxt * nxt - a) < 1e-3 * a, "float32")
+        return lz.concat([nxt, done], axis=1)
+
+    start = lz.concat([a * 0.0 + 4.0, a * 0.0], axis=1)
+    return {"sqrt": lz.fori_loop(12, newton, start, a, stop_column=1)}
+
+
 # --- the tests -------------------------------------------------------------------------------
 
 
