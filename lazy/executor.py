@@ -79,10 +79,10 @@ MAX_LARGE_BUCKETS = 4
 #: Buckets of at most this many rows (by default every bucket a graph can have) are timed at
 #: warm-up on the numpy backend too (straight-line host code, :mod:`lazy.backends.numpy_backend`)
 #: and run there where that is faster. A device call has a fixed cost (XLA:CPU ~15 µs, ~45 µs
-#: with a dot) that numpy does not pay, and numpy's BLAS beats XLA's dot on skinny matrices: one
-#: thread, scaler + logistic regression (50 features) ran 1.7x faster at 10k rows with every
-#: bucket on the host than with none, 3x at 100 rows; a 50-100-100-1 MLP 1.7x at 64 rows, 1.2x
-#: at 256, 0.85x at 1024 (where the device then keeps the bucket and every larger one).
+#: with a dot) that numpy does not pay. One thread, side by side: scaler + logistic regression
+#: (50 features) ran 1.5-1.7x faster at 10k rows with every bucket on the host than with none,
+#: 2.8x at 100 rows; a 50-100-100-1 MLP's host plan 1.7x at 64 rows, 1.2x at 256, 0.85x at 1024
+#: (where the device then keeps the bucket and every larger one).
 HOST_ROWS = 1 << 20
 #: Graphs that would make more numpy calls than this per run (loop bodies count once per trip)
 #: are not even timed on the host: at ~1 µs a call they cannot beat a device call.
