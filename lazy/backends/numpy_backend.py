@@ -9,12 +9,21 @@ smallest buckets at warm-up and keeps whichever is faster there.
 Each node binds once to a numpy callable with its attributes applied (a rule of :data:`RULES`
 takes the node and the bucket's :class:`Lowering`, and returns that callable); ``compile`` then
 generates one Python function that calls them in order, so a call costs the numpy calls and
-nothing else. Values keep the dtypes the policy lowers to (float32 stays float32): a dry run on
-the bucket's shapes finds the nodes where numpy's result type differs and casts there.
+nothing else. Values keep the dtypes the policy lowers to (float32 stays float32), except signed
+integers, which are numpy's index type (``intp``) inside a plan: numpy gathers with any other
+index dtype convert the indices first, twice the cost of the gather itself on a 100-element
+tree walk. Integer inputs are widened on entry and integer outputs narrowed back on return,
+and ops whose result depends on the width (CTZ) compute in the lowered one. A dry run on the
+bucket's shapes finds the nodes where numpy's result type differs and casts there.
+
+Kernels take numpy's cheapest entry points: indexing rather than ``np.take`` (a Python wrapper:
+4x the cost on small arrays), and a flat gather rather than ``np.take_along_axis`` (~15 µs of
+Python per call) for the row-wise gathers of tree walks.
 """
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -32,17 +41,37 @@ from ..ops import Op
 from .base import Backend, CompileTimes, Lowering
 
 #: Bumped whenever this module lowers the same graph to different code.
-LOWERING_REVISION = 1
+LOWERING_REVISION = 2
+
+#: The dtype signed integers have inside a plan (see the module docstring).
+HOST_INT = np.dtype(np.intp)
 
 #: A numpy callable of a node's operands, with the node's attributes applied.
 Kernel = Callable[..., Any]
 #: Node and bucket → its kernel.
-Binder = Callable[[Node, Lowering], Kernel]
+Binder = Callable[[Node, "HostLowering"], Kernel]
 
 _LEAVES = frozenset({Op.INPUT, Op.PARAM, Op.CONST})
 
 
-def _leaf(n: Node, low: Lowering) -> Kernel:
+def host_dtype(dtype: Any) -> np.dtype:
+    """The dtype a value of lowered dtype ``dtype`` has inside a plan."""
+    dtype = np.dtype(dtype)
+    return HOST_INT if dtype.kind == "i" else dtype
+
+
+class HostLowering(Lowering):
+    """A bucket's :class:`Lowering` whose ``dtype`` is the value's dtype inside a plan."""
+
+    def dtype(self, node: Node) -> str:
+        return host_dtype(super().dtype(node)).name
+
+    def lowered(self, node: Node) -> np.dtype:
+        """The dtype the policy lowers ``node`` to: what callers give and get."""
+        return np.dtype(super().dtype(node))
+
+
+def _leaf(n: Node, low: HostLowering) -> Kernel:
     # Leaves become the generated function's arguments (inputs, parameters) or bound constants,
     # never calls; this entry keeps the table complete and says where each leaf comes from.
     raise BackendError(f"{n.op.name} is a leaf: the plan binds it, no kernel computes it")
@@ -54,7 +83,7 @@ def _fixed(fn: Kernel) -> Binder:
 
 
 def _reduce(ufunc: np.ufunc, *, typed: bool = False) -> Binder:
-    def bind(n: Node, low: Lowering) -> Kernel:
+    def bind(n: Node, low: HostLowering) -> Kernel:
         axes, keepdims = tuple(n.attr("axes")), n.attr("keepdims")
         if typed:  # SUM: accumulate in the result's own dtype (bools count in int32)
             dtype = np.dtype(low.dtype(n))
@@ -64,66 +93,79 @@ def _reduce(ufunc: np.ufunc, *, typed: bool = False) -> Binder:
     return bind
 
 
-def _ctz(n: Node, low: Lowering) -> Kernel:
-    # ~x & (x - 1) sets exactly the trailing zero bits (all of them for 0); count them.
-    unsigned = np.dtype(f"uint{np.dtype(low.dtype(n.inputs[0])).itemsize * 8}")
-    one = unsigned.type(1)
-    return lambda x: np.bitwise_count(~(u := x.view(unsigned)) & (u - one)).astype(np.int32)
+def _ctz(n: Node, low: HostLowering) -> Kernel:
+    # ~x & (x - 1) sets exactly the trailing zero bits (all of them for 0); count them, in the
+    # operand's lowered width (a widened int32 zero has 32 trailing zeros, not 64).
+    unsigned = np.dtype(f"uint{low.lowered(n.inputs[0]).itemsize * 8}")
+    one, result = unsigned.type(1), np.dtype(low.dtype(n))
+    return lambda x: np.bitwise_count(~(u := x.astype(unsigned)) & (u - one)).astype(result)
 
 
-def _cast(n: Node, low: Lowering) -> Kernel:
+def _cast(n: Node, low: HostLowering) -> Kernel:
     dtype = np.dtype(low.dtype(n))
     return lambda x: x.astype(dtype)
 
 
-def _take(n: Node, low: Lowering) -> Kernel:
-    axis = n.attr("axis")
-    return lambda data, idx: np.take(data, idx, axis=axis)
+def _take(n: Node, low: HostLowering) -> Kernel:
+    # Indexing with one integer array at ``axis`` is np.take without its Python wrapper (indices
+    # are in bounds: the IR's contract, which the reference interpreter enforces).
+    axis = n.attr("axis") % len(n.inputs[0].shape)
+    if axis == 0:
+        return operator.getitem
+    head = (slice(None),) * axis
+    return lambda data, idx: data[(*head, idx)]
 
 
-def _take_along(n: Node, low: Lowering) -> Kernel:
-    axis = n.attr("axis")
-    return lambda data, idx: np.take_along_axis(data, idx, axis=axis)
+def _take_along(n: Node, low: HostLowering) -> Kernel:
+    data, idx = (low.shape(i) for i in n.inputs)
+    axis = n.attr("axis") % len(data)
+    if len(data) != 2 or axis != 1 or len(idx) != 2 or idx[0] != data[0]:
+        return lambda d, i: np.take_along_axis(d, i, axis=axis)
+    # Row r's entries start at r * width of the flattened rows: one gather, no per-row Python.
+    if data[0] == 1:
+        return lambda d, i: d.reshape(-1)[i]
+    offsets = (np.arange(data[0], dtype=HOST_INT) * data[1])[:, None]
+    return lambda d, i: d.reshape(-1)[i + offsets]
 
 
-def _update(n: Node, low: Lowering) -> Kernel:
+def _update(n: Node, low: HostLowering) -> Kernel:
     axis = n.attr("axis") % len(n.shape)
     return lambda x, idx, value: update_at(x, axis, int(idx), value)
 
 
-def _argmax(n: Node, low: Lowering) -> Kernel:
+def _argmax(n: Node, low: HostLowering) -> Kernel:
     axis, dtype = n.attr("axis"), np.dtype(low.dtype(n))
     return lambda x: np.argmax(x, axis=axis).astype(dtype)
 
 
-def _slice(n: Node, low: Lowering) -> Kernel:
+def _slice(n: Node, low: HostLowering) -> Kernel:
     axis = n.attr("axis") % len(n.shape)
     index = (slice(None),) * axis + (slice(n.attr("start"), n.attr("stop"), n.attr("step")),)
     return lambda x: x[index]
 
 
-def _reshape(n: Node, low: Lowering) -> Kernel:
+def _reshape(n: Node, low: HostLowering) -> Kernel:
     shape = low.shape(n)
     return lambda x: x.reshape(shape)
 
 
-def _broadcast(n: Node, low: Lowering) -> Kernel:
+def _broadcast(n: Node, low: HostLowering) -> Kernel:
     shape = low.shape(n)
     return lambda x: np.broadcast_to(x, shape)
 
 
-def _transpose(n: Node, low: Lowering) -> Kernel:
+def _transpose(n: Node, low: HostLowering) -> Kernel:
     perm = tuple(n.attr("perm"))
     return lambda x: x.transpose(perm)
 
 
-def _loop(n: Node, low: Lowering) -> Kernel:
+def _loop(n: Node, low: HostLowering) -> Kernel:
     # A Python loop over the body's own generated function (nested loops recurse). Loops of many
     # steps are what this lowering is slow at; the executor's timing keeps them on the device.
     body = n.attr("body")
-    inner = Lowering({}, {}, low.batch, low.policy)
-    step = _Plan(body.order, body.inputs, (), [body.output], inner).function
-    indices = [np.asarray(i, np.int32) for i in range(n.attr("trip_count"))]
+    inner = HostLowering({}, {}, low.batch, low.policy)
+    step = _Plan(body.order, body.inputs, (), [body.output], inner, narrow=False).function
+    indices = [np.asarray(i, HOST_INT) for i in range(n.attr("trip_count"))]
     stop = n.attr("stop_column")
 
     def loop(carry: Any, *invariants: Any) -> Any:
@@ -198,7 +240,9 @@ class _Plan:
 
     The dry run that specializes it executes every kernel once on zeros of the bucket's shapes
     (``params`` on their values): it checks each result's shape, casts where numpy's result
-    dtype is not the lowered one, and copies outputs that would otherwise be views of a leaf.
+    dtype is not the node's dtype in the plan, and copies outputs that would otherwise be views
+    of a leaf. ``narrow``: ``args`` come, and outputs go, in the policy's lowered dtypes (a
+    graph's plan); else in the plan's own (a loop body's, called from its graph's plan).
     """
 
     def __init__(
@@ -207,18 +251,23 @@ class _Plan:
         args: Sequence[Node],
         params: Sequence[tuple[Node, np.ndarray]],
         outputs: Sequence[Node],
-        low: Lowering,
+        low: HostLowering,
+        *,
+        narrow: bool = True,
     ) -> None:
         names: dict[Node, str] = {}
         namespace: dict[str, Any] = {}
         values: dict[Node, Any] = {}
+        lines: list[str] = []
         for k, node in enumerate(args):
             names[node] = f"a{k}"
-            values[node] = np.zeros(low.shape(node), low.dtype(node))
+            given, own = low.lowered(node) if narrow else low.dtype(node), low.dtype(node)
+            values[node] = np.zeros(low.shape(node), own)
+            if given != own:
+                lines.append(f"    a{k} = a{k}.astype({np.dtype(own).name!r})")
         for k, (node, value) in enumerate(params):
             names[node] = f"p{k}"
             values[node] = value
-        lines: list[str] = []
         for k, node in enumerate(order):
             if node in names:
                 continue
@@ -251,8 +300,13 @@ class _Plan:
         leaves += [values[n] for n in order if n.op is Op.CONST]
         returned = []
         for node in outputs:
-            shares = any(np.shares_memory(values[node], leaf) for leaf in leaves)
-            returned.append(f"{names[node]}.copy()" if shares else names[node])
+            name = names[node]
+            if narrow and low.lowered(node) != values[node].dtype:
+                returned.append(f"{name}.astype({low.lowered(node).name!r})")  # a copy
+            elif any(np.shares_memory(values[node], leaf) for leaf in leaves):
+                returned.append(f"{name}.copy()")
+            else:
+                returned.append(name)
         signature = ", ".join([names[n] for n in args] + [names[n] for n, _ in params])
         source = "\n".join(
             [f"def plan({signature}):", *lines, f"    return [{', '.join(returned)}]"]
@@ -287,14 +341,16 @@ class NumpyBackend(Backend):
         return f"numpy={np.__version__};scipy={scipy.__version__};lowering={LOWERING_REVISION}"
 
     def prepare_params(self, values: Sequence[np.ndarray], policy: DTypePolicy) -> Any:
-        return tuple(np.ascontiguousarray(v, dtype=policy.lower(v.dtype.name)) for v in values)
+        return tuple(
+            np.ascontiguousarray(v, dtype=host_dtype(policy.lower(v.dtype.name))) for v in values
+        )
 
     def compile(
         self, graph: Graph, bucket: int, policy: DTypePolicy
     ) -> tuple[NumpyExecutable, CompileTimes]:
         t0 = time.perf_counter()
         params = self.prepare_params(graph.param_values(), policy)
-        low = Lowering({}, {}, bucket, policy)
+        low = HostLowering({}, {}, bucket, policy)
         plan = _Plan(
             graph.order,
             graph.inputs,

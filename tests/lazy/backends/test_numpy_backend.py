@@ -80,3 +80,39 @@ def test_leaves_are_arguments_not_kernels() -> None:
     node = scaler_logreg().inputs[0]
     with pytest.raises(lz.BackendError, match="leaf"):
         RULES[lz.Op.INPUT](node, None)  # type: ignore[arg-type]
+
+
+def test_signed_integers_are_index_type_inside_and_lowered_at_the_edges() -> None:
+    b = lz.Builder()
+    codes = b.input("codes", (), "int32")
+    table = b.param(np.array([[10, 11], [20, 21], [30, 31]], np.int64), "table")
+    picked = lz.take(table, codes, axis=0)  # (B, 2)
+    exe, params = _compile(b.graph({"picked": picked, "codes": codes + 1}), 2)
+    assert all(p.dtype == np.intp for p in params)
+    assert "a0 = a0.astype('int64')" in exe.source  # widened once, on entry
+    out, shifted = exe([np.array([2, 0], np.int32)], params)
+    assert out.dtype == np.int32 and shifted.dtype == np.int32  # the lowered dtype, returned
+    np.testing.assert_array_equal(out, [[30, 31], [10, 11]])
+    np.testing.assert_array_equal(shifted, [3, 1])
+
+
+def test_ctz_counts_in_the_lowered_width_not_the_widened_one() -> None:
+    b = lz.Builder()
+    x = b.input("x", (), "int32")
+    exe, params = _compile(b.graph({"n": lz.ctz(x)}), 4)
+    (n,) = exe([np.array([0, 1, 8, -(2**31)], np.int32)], params)
+    np.testing.assert_array_equal(n, [32, 0, 3, 31])
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_row_wise_gathers_are_one_flat_gather(rows: int) -> None:
+    b = lz.Builder()
+    data = b.input("data", (5,))
+    idx = b.input("idx", (4,), "int32")
+    graph = b.graph({"y": lz.take_along(data, idx, axis=1)})
+    exe, params = _compile(graph, rows)
+    rng = np.random.default_rng(rows)
+    d = rng.standard_normal((rows, 5)).astype(np.float32)
+    i = rng.integers(0, 5, (rows, 4)).astype(np.int32)
+    (y,) = exe([d, i], params)
+    np.testing.assert_array_equal(y, np.take_along_axis(d, i, axis=1))
