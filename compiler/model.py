@@ -231,15 +231,18 @@ def _heads_surfacing_nan(traced: Traced, stages: tuple[Any, ...]) -> frozenset[s
     if not rejected or len(stages) != 1:
         return frozenset()
     stage = stages[0]
-    graph = getattr(stage, "graph", None)  # a GraphStage or a CompiledGraph
-    if not isinstance(graph, lz.Graph) or "x" not in graph.input_names:
+    # A GraphStage's graph, or a CompiledGraph's two: the one its backend runs and the one its
+    # host placements run (their VARIANTs resolved differently); a head qualifies on both.
+    graphs = [getattr(stage, name, None) for name in ("graph", "host_graph")]
+    graphs = [g for g in graphs if isinstance(g, lz.Graph)]
+    if not graphs or any("x" not in g.input_names for g in graphs):
         return frozenset()
-    reaching = nan_reaching_columns(graph, "x")
+    reaching = [nan_reaching_columns(g, "x") for g in graphs]
     refs = dict(traced.program.outputs)
     return frozenset(
         method
         for method in traced.methods
-        if rejected <= reaching.get(refs.get(method, ""), frozenset())
+        if all(rejected <= r.get(refs.get(method, ""), frozenset()) for r in reaching)
     )
 
 

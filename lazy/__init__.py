@@ -74,6 +74,7 @@ from .tensor import (
     tanh,
     transpose,
     update,
+    variant,
     where,
 )
 from .verify import verify
@@ -152,6 +153,7 @@ __all__ = [
     "tanh",
     "transpose",
     "update",
+    "variant",
     "verify",
     "where",
 ]

@@ -29,7 +29,7 @@ from .errors import InputError
 from .graph import Graph
 from .node import Node
 from .ops import Op
-from .passes import inline_params, optimize
+from .passes import inline_params, optimize, specialize
 from .program import GraphStage, HostStage, Program
 from .shapes import concrete, is_batched, static_size
 from .stats import CompileCause, RunStats
@@ -200,8 +200,11 @@ class CompiledGraph:
         )
         if options.optimize:
             graph = optimize(graph)
-        graph = verify(inline_params(graph, options.param_mode.inline_max_elements))
-        self.graph = graph
+        both = verify(inline_params(graph, options.param_mode.inline_max_elements))
+        #: What the backend compiles, and what host placement runs: each keeps its own
+        #: formulation of every VARIANT (the same graph where there is none).
+        self.graph = graph = specialize(both, self.backend.target)
+        self.host_graph = specialize(both, "host")
         self.cache = cache if cache is not None else default_cache()
         policy = options.dtype_policy
         self._policy = policy
@@ -234,8 +237,8 @@ class CompiledGraph:
         self._host: tuple[Backend, Any] | None = None  # the numpy backend and its parameters
         self._host_may_win = (
             options.host_rows > 0
-            and self.backend.name != "numpy"
-            and host_calls(graph.order) <= HOST_MAX_CALLS
+            and self.backend.target != "host"
+            and host_calls(self.host_graph.order) <= HOST_MAX_CALLS
         )
 
     # -- compilation -------------------------------------------------------------------------
@@ -284,13 +287,15 @@ class CompiledGraph:
 
     def _place(self, index: int, exe: Executable, dummy: list[np.ndarray]) -> None:
         """Time bucket ``index`` on the backend and on the host, in interleaved rounds, and route
-        its calls to the faster. Both compute the same graph in the same dtypes; which is faster
-        depends on the graph and the machine, so it is measured, not guessed."""
+        its calls to the faster. Both compute the same graph in the same dtypes (each with its
+        own formulation of any VARIANT); which is faster depends on the graph and the machine,
+        so it is measured, not guessed."""
         if self._host is None:
             backend = get_backend("numpy")
-            self._host = (backend, backend.prepare_params(self.graph.param_values(), self._policy))
+            values = self.host_graph.param_values()
+            self._host = (backend, backend.prepare_params(values, self._policy))
         host, host_params = self._host
-        host_exe, _ = host.compile(self.graph, self.buckets.sizes[index], self._policy)
+        host_exe, _ = host.compile(self.host_graph, self.buckets.sizes[index], self._policy)
         host_exe(dummy, host_params)
         host_us: list[float] = []
         device_us: list[float] = []

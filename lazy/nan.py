@@ -11,6 +11,7 @@ NaN result for *every* value of the other operands (``nan * 0``, ``nan + inf``, 
 a sum or dot product with a NaN term). Ops that can drop a NaN stop it: comparisons, WHERE, ISNAN,
 MAXIMUM/MINIMUM and MAX/MIN (their NaN handling differs between backends and flags), POW
 (``pow(nan, 0) == 1``), gathers, SLICE (may cut the NaN's element away), casts to integers, LOOP.
+A VARIANT passes on what both of its formulations do.
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ def nan_reaching_columns(graph: Graph, input_name: str) -> dict[str, frozenset[i
 def _reaching(node: Node, source: Node, known: Mapping[Node, frozenset[int]]) -> frozenset[int]:
     if node is source:
         return frozenset(range(static_size(node.shape))) if node.dtype in dt.FLOATS else frozenset()
+    if node.op is Op.VARIANT:  # either formulation may run: only what both surface is certain
+        device, host = (known.get(operand, frozenset()) for operand in node.inputs)
+        return device & host
     if (
         node.op not in _PROPAGATING
         or node.dtype not in dt.FLOATS

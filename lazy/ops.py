@@ -6,7 +6,9 @@ result's shape and dtype follow from its operands (raising :class:`ShapeError` o
 and when :func:`lazy.verify.verify` re-checks a whole graph, so the two can never disagree.
 
 The one control-flow op is LOOP: a fixed number of iterations of a closed body sub-graph (see
-:mod:`lazy.loop`). The batch dimension stays on axis 0 of every batched value.
+:mod:`lazy.loop`). VARIANT holds two formulations of one value, for devices and for the host; the
+executor keeps one of them per backend before lowering (:func:`lazy.passes.specialize`). The batch
+dimension stays on axis 0 of every batched value.
 """
 
 from __future__ import annotations
@@ -85,6 +87,8 @@ class Op(enum.Enum):
     TRANSPOSE = "transpose"
     # control flow
     LOOP = "loop"
+    # Two formulations of one value: operand 0 for devices, operand 1 for the host (numpy).
+    VARIANT = "variant"
 
 
 class TensorType(NamedTuple):
@@ -489,6 +493,8 @@ def _loop(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
             f"{types[0].dtype}{list(types[0].shape)}"
         )
     _check_stop_column(body, attrs["stop_column"])
+    if any(n.op is Op.VARIANT for n in body.order):
+        raise ShapeError("a LOOP body cannot hold a VARIANT: choose between whole loops instead")
     # The body's inputs carry the outer operands' batch axes, so re-deriving its nodes checks that
     # the body keeps rows apart (RowMixingError otherwise): the loop is row-local iff its body is.
     try:
@@ -496,6 +502,16 @@ def _loop(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
     except (ShapeError, GraphError) as exc:
         raise type(exc)(f"in the LOOP body: {exc}") from None
     return types[0]
+
+
+def _variant(types: Sequence[TensorType], _: Attrs) -> TensorType:
+    device, host = types
+    if device != host:
+        raise ShapeError(
+            f"VARIANT formulations must agree in shape and dtype: device "
+            f"{device.dtype}{list(device.shape)}, host {host.dtype}{list(host.shape)}"
+        )
+    return device
 
 
 def _build_table() -> dict[Op, OpSpec]:
@@ -558,6 +574,7 @@ def _build_table() -> dict[Op, OpSpec]:
     add(Op.TRANSPOSE, 1, ("perm",), _transpose, "layout")
     # Operands: the initial carry, then the invariants (values every iteration reads).
     add(Op.LOOP, None, ("trip_count", "body", "stop_column"), _loop, "control")
+    add(Op.VARIANT, 2, (), _variant, "control")
     return table
 
 

@@ -358,6 +358,14 @@ def where(cond: LazyTensor, a: Any, b: Any) -> LazyTensor:
     return _make(Op.WHERE, [cond, *_lift_operands(Op.WHERE, (a, b), like)])
 
 
+def variant(device: LazyTensor, host: LazyTensor) -> LazyTensor:
+    """One value in two formulations of equal meaning (same shape and dtype; floats may differ
+    in rounding): ``device`` for compiled backends (XLA, torch), ``host`` for the numpy backend,
+    whose cost is the number of numpy calls rather than the work. Each backend computes only its
+    own; the reference interpreter computes ``device``."""
+    return _make(Op.VARIANT, [device, host])
+
+
 def cast(x: LazyTensor, dtype: Any) -> LazyTensor:
     return _make(Op.CAST, [x], dtype=dt.canonical(dtype))
 

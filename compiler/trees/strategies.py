@@ -358,6 +358,7 @@ def gemm(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
 # --- choosing -----------------------------------------------------------------------------------
 
 # These build on this module's helpers, which are defined by the time the imports run.
+from .host import choose_host, host_leaf_sum  # noqa: E402
 from .hybrid import hybrid  # noqa: E402
 from .quickscorer import bitvector  # noqa: E402
 from .treewise import treewise  # noqa: E402
@@ -411,11 +412,25 @@ def choose(ensemble: Ensemble, requested: str) -> str:
 
 
 def leaf_sum(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
-    """(B, K): the sum over trees of the leaf vector each row reaches, by the options' strategy."""
+    """(B, K): the sum over trees of the leaf vector each row reaches, by the options' strategy.
+
+    Under ``auto`` the value has a second formulation for the host (:mod:`.host`), which the
+    executor runs where it times faster than the device (the smallest buckets); an explicit
+    strategy is that strategy everywhere."""
     name = choose(ensemble, ctx.options.tree_strategy)
+    host = None
+    if (
+        ctx.options.tree_strategy == "auto"
+        and ensemble.max_depth > 0
+        and not ensemble.has_categorical
+    ):
+        host = choose_host(ensemble)
     ctx.note(
-        f"trees: {name} ({len(ensemble.trees)} trees, depth {ensemble.max_depth}, "
-        f"{ensemble.n_nodes} nodes, up to {ensemble.max_leaves} leaves per tree, "
-        f"{levels(ensemble)} levels in all)"
+        f"trees: {name}{f' (host: {host})' if host else ''} ({len(ensemble.trees)} trees, "
+        f"depth {ensemble.max_depth}, {ensemble.n_nodes} nodes, up to {ensemble.max_leaves} "
+        f"leaves per tree, {levels(ensemble)} levels in all)"
     )
-    return IMPLEMENTED[name](ensemble, x, ctx)
+    device = IMPLEMENTED[name](ensemble, x, ctx)
+    if host is None:
+        return device
+    return lz.variant(device, host_leaf_sum(ensemble, x, ctx, host))

@@ -61,6 +61,8 @@ class Backend(abc.ABC):
 
     name: str
     rules: Mapping[Op, Rule]
+    #: Which formulation of a VARIANT this backend runs ("device" or "host"; see lazy.variant).
+    target: str = "device"
 
     @abc.abstractmethod
     def fingerprint(self) -> str:

@@ -277,6 +277,8 @@ RULES: dict[Op, Rule] = {
     Op.BROADCAST: lambda n, a, low: jnp.broadcast_to(a[0], low.shape(n)),
     Op.TRANSPOSE: lambda n, a, low: jnp.transpose(a[0], n.attr("perm")),
     Op.LOOP: _loop,
+    # The executor specializes graphs first; unspecialized, the host side is traced and dropped.
+    Op.VARIANT: lambda n, a, low: a[0],
 }
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import operator
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -133,6 +134,10 @@ def _update(n: Node, low: HostLowering) -> Kernel:
     return lambda x, idx, value: update_at(x, axis, int(idx), value)
 
 
+def _concat(*xs: np.ndarray, axis: int) -> np.ndarray:
+    return np.concatenate(xs, axis=axis)
+
+
 def _argmax(n: Node, low: HostLowering) -> Kernel:
     axis, dtype = n.attr("axis"), np.dtype(low.dtype(n))
     return lambda x: np.argmax(x, axis=axis).astype(dtype)
@@ -225,13 +230,46 @@ RULES: dict[Op, Binder] = {
     Op.LOGSUMEXP: lambda n, low: lambda x: logsumexp(x, tuple(n.attr("axes")), n.attr("keepdims")),
     Op.ARGMAX: _argmax,
     Op.SOFTMAX: lambda n, low: lambda x: softmax(x, n.attr("axis")),
-    Op.CONCAT: lambda n, low: lambda *xs: np.concatenate(xs, axis=n.attr("axis")),
+    Op.CONCAT: lambda n, low: partial(_concat, axis=n.attr("axis")),
     Op.SLICE: _slice,
     Op.RESHAPE: _reshape,
     Op.BROADCAST: _broadcast,
     Op.TRANSPOSE: _transpose,
     Op.LOOP: _loop,
+    # The host's formulation. The executor specializes graphs first, so the other is never run.
+    Op.VARIANT: _fixed(lambda device, host: host),
 }
+
+
+def _reusable(
+    node: Node,
+    k: int,
+    kernel: Kernel,
+    result: np.ndarray,
+    values: Mapping[Node, Any],
+    last_use: Mapping[Node, int],
+) -> Node | None:
+    """An operand of ``node`` (step ``k``) whose buffer its ufunc may write its result into: of
+    the result's shape and dtype, read for the last time here, and sharing memory with no value
+    read later (leaves — the caller's rows, parameters, constants — are read "later" forever).
+    Fresh result arrays of a few hundred KB come from mmap and cost page faults on every call;
+    a reused buffer is warm."""
+    if not isinstance(kernel, np.ufunc):
+        return None
+    for operand in dict.fromkeys(node.inputs):
+        value = values[operand]
+        if (
+            last_use[operand] != k
+            or not isinstance(value, np.ndarray)
+            or value.shape != result.shape
+            or value.dtype != result.dtype
+            or not value.flags.writeable
+        ):
+            continue
+        live = (v for n, v in values.items() if n is not operand and last_use.get(n, -1) > k)
+        if not any(np.may_share_memory(value, other) for other in live):
+            return operand
+    return None
 
 
 class _Plan:
@@ -268,6 +306,14 @@ class _Plan:
         for k, (node, value) in enumerate(params):
             names[node] = f"p{k}"
             values[node] = value
+        # Where each value is read last (outputs: never dead); leaves are never written.
+        last_use: dict[Node, int] = {}
+        for k, node in enumerate(order):
+            for operand in node.inputs:
+                last_use[operand] = k
+        for node in [*outputs, *args, *(n for n, _ in params), *order]:
+            if node in outputs or node.op in _LEAVES:
+                last_use[node] = len(order)
         for k, node in enumerate(order):
             if node in names:
                 continue
@@ -282,19 +328,30 @@ class _Plan:
             kernel = RULES[node.op](node, low)
             operands = [values[i] for i in node.inputs]
             with np.errstate(all="ignore"):
-                result = np.asarray(kernel(*operands))
+                # As returned, not np.asarray'd: a 0-d result is a numpy scalar at run time too,
+                # and indexing with a scalar gives a view where a 0-d array gives a copy.
+                result = kernel(*operands)
             dtype, shape = np.dtype(low.dtype(node)), low.shape(node)
-            if result.shape != shape:
+            if np.shape(result) != shape:
                 raise BackendError(
-                    f"numpy lowering of {node!r} gave shape {result.shape}, expected {shape}"
+                    f"numpy lowering of {node!r} gave shape {np.shape(result)}, expected {shape}"
                 )
             cast = result.dtype != dtype
+            reuse = None if cast else _reusable(node, k, kernel, result, values, last_use)
+            if reuse is not None:
+                # The dry run writes in place too, so later alias checks see what runs.
+                with np.errstate(all="ignore"):
+                    result = kernel(*operands, out=values[reuse])
             values[node] = result.astype(dtype) if cast else result
             names[node] = f"v{k}"
             namespace[f"f{k}"] = kernel
-            call = f"f{k}({', '.join(names[i] for i in node.inputs)})"
+            call = ", ".join(names[i] for i in node.inputs)
+            if reuse is not None:
+                call += f", out={names[reuse]}"
             lines.append(
-                f"    v{k} = {call}.astype({dtype.name!r})" if cast else f"    v{k} = {call}"
+                f"    v{k} = f{k}({call}).astype({dtype.name!r})"
+                if cast
+                else f"    v{k} = f{k}({call})"
             )
         leaves = [values[n] for n in args] + [v for _, v in params]
         leaves += [values[n] for n in order if n.op is Op.CONST]
@@ -335,6 +392,7 @@ class NumpyExecutable:
 
 class NumpyBackend(Backend):
     name = "numpy"
+    target = "host"
     rules: Mapping[Op, Binder] = RULES  # type: ignore[assignment]  # binders, not eager rules
 
     def fingerprint(self) -> str:

@@ -1,4 +1,5 @@
-"""Graph passes: dead heads, casts, constant and affine folding, parameter inlining.
+"""Graph passes: dead heads, casts, constant and affine folding, parameter inlining, and the
+choice of one formulation per VARIANT.
 
 Dead code never survives a graph: :attr:`Graph.order` only holds what the outputs need, so dropping
 unused heads (:func:`prune`) is dead-code elimination.
@@ -28,6 +29,27 @@ def optimize(graph: Graph, rules: Sequence[Rule] = DEFAULT_RULES) -> Graph:
     return rewrite(graph, rules)[0]
 
 
+#: The VARIANT operand each target keeps (see :func:`lazy.variant`).
+VARIANT_OPERANDS = {"device": 0, "host": 1}
+
+
+def specialize(graph: Graph, target: str) -> Graph:
+    """``graph`` with every VARIANT replaced by ``target``'s formulation ("device" or "host"):
+    the other formulation's nodes and parameters leave with it. A graph without VARIANT is
+    returned as is."""
+    if target not in VARIANT_OPERANDS:
+        raise GraphError(f"unknown target {target!r}; expected one of {sorted(VARIANT_OPERANDS)}")
+    if not any(node.op is Op.VARIANT for node in graph.order):
+        return graph
+    operand = VARIANT_OPERANDS[target]
+    rule = Rule(
+        f"variant-{target}",
+        Pattern(Op.VARIANT, bind="v"),
+        lambda bound, ctx: bound["v"].inputs[operand],
+    )
+    return rewrite(graph, [rule])[0]
+
+
 def inline_params(graph: Graph, max_elements: int) -> Graph:
     """Bake parameters of at most ``max_elements`` elements into the graph as constants."""
     if max_elements <= 0:
@@ -50,10 +72,12 @@ __all__ = [
     "DEFAULT_RULES",
     "FOLD_CONSTANTS",
     "IDENTITY_CAST",
+    "VARIANT_OPERANDS",
     "Pattern",
     "Rule",
     "inline_params",
     "optimize",
     "prune",
     "rewrite",
+    "specialize",
 ]

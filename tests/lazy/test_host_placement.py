@@ -116,3 +116,26 @@ def test_only_buckets_up_to_host_rows_are_timed(graph, cache, host_rows: int) ->
     options = lz.Options(backend=SlowJax(), max_batch=16, call_rows=16, host_rows=host_rows)
     compiled = lz.compile(graph, options, cache).graphs[0]
     assert sorted(compiled.placements) == [b for b in (1, 2, 4) if b <= host_rows]
+
+
+def _variant_graph() -> lz.Graph:
+    """Deliberately unequal formulations, to see which one each placement runs: the device's
+    is x * 2 behind a 64-trip loop (too many numpy calls to time on the host), the host's x * 3."""
+    b = lz.Builder()
+    x = b.input("x", (6,))
+    device = lz.fori_loop(64, lambda i, c, x: c + x * (1.0 / 32.0) + (c - c), x * 0.0, x)
+    for _ in range(3):  # body calls x trips > executor.HOST_MAX_CALLS
+        device = device + lz.fori_loop(64, lambda i, c: c * 1.0, x * 0.0)
+    return b.graph({"y": lz.variant(device, x * 3.0)})
+
+
+def test_host_placement_runs_the_host_formulation_of_a_variant(cache) -> None:
+    graph = _variant_graph()
+    options = lz.Options(backend=SlowJax(), max_batch=4, call_rows=4, host_rows=2)
+    compiled = lz.compile(graph, options, cache).graphs[0]
+    assert executor.host_calls(compiled.graph.order) > executor.HOST_MAX_CALLS
+    assert executor.host_calls(compiled.host_graph.order) <= executor.HOST_MAX_CALLS
+    assert {b: p.runs_on for b, p in compiled.placements.items()} == {1: "host", 2: "host"}
+    for rows, factor in ((1, 3.0), (2, 3.0), (3, 2.0), (4, 2.0)):  # 3 and 4 rows: bucket 4
+        x = _rows(rows)
+        np.testing.assert_allclose(compiled({"x": x})["y"], factor * x, rtol=1e-5)

@@ -107,3 +107,17 @@ def test_unknown_or_non_matrix_inputs_are_refused() -> None:
     v = b.input("v", ())
     with pytest.raises(lz.GraphError, match="must be rows × columns"):
         nan_reaching_columns(b.graph({"out": v * 2.0}), "v")
+
+
+def test_a_variant_passes_on_only_what_both_formulations_surface() -> None:
+    def outputs(x, w):
+        every = x.sum(axis=1)  # all columns
+        stopped = lz.maximum(x, 0.0).sum(axis=1)  # none: MAXIMUM may drop a NaN
+        return {
+            "both": lz.variant(every, (x @ w).sum(axis=1)),
+            "device_only": lz.variant(every, stopped),
+            "host_only": lz.variant(stopped, every),
+        }
+
+    reach = nan_reaching_columns(_graph(outputs), "x")
+    assert reach == {"both": ALL, "device_only": frozenset(), "host_only": frozenset()}

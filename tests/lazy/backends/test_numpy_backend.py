@@ -116,3 +116,24 @@ def test_row_wise_gathers_are_one_flat_gather(rows: int) -> None:
     i = rng.integers(0, 5, (rows, 4)).astype(np.int32)
     (y,) = exe([d, i], params)
     np.testing.assert_array_equal(y, np.take_along_axis(d, i, axis=1))
+
+
+def test_elementwise_steps_reuse_dead_buffers_but_never_the_callers_or_a_live_view() -> None:
+    b = lz.Builder()
+    x = b.input("x", (4,))
+    w = b.param(np.full(4, 2.0, np.float32), "w")
+    h = x * w  # a fresh buffer, dead after the next step: reused
+    flat = lz.reshape(h + 1.0, (lz.B, 2, 2))  # a view of h + 1, read again below
+    y = lz.exp(h + 1.0)  # h + 1 is live through its view: not reused
+    graph = b.graph({"y": y, "flat": flat})
+    exe, params = _compile(graph, 3)
+    assert "out=a0" not in exe.source and "out=p0" not in exe.source
+    assert exe.source.count("out=") >= 1
+    rows = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
+    before = rows.copy()
+    got_y, got_flat = exe([rows], params)
+    np.testing.assert_array_equal(rows, before)
+    np.testing.assert_array_equal(params[0], np.full(4, 2.0, np.float32))
+    want = lz.evaluate(graph, {"x": rows})
+    np.testing.assert_allclose(got_y, want["y"], rtol=1e-6)
+    np.testing.assert_allclose(got_flat, want["flat"], rtol=1e-6)
