@@ -16,6 +16,10 @@ tree walk. Integer inputs are widened on entry and integer outputs narrowed back
 and ops whose result depends on the width (CTZ) compute in the lowered one. A dry run on the
 bucket's shapes finds the nodes where numpy's result type differs and casts there.
 
+An elementwise step writes its result into an operand's buffer when that operand is read for the
+last time there and no later value views it (never the caller's rows, a parameter or a constant):
+fresh arrays of a few hundred KB come from mmap, page-faulted on every call.
+
 Kernels take numpy's cheapest entry points: indexing rather than ``np.take`` (a Python wrapper:
 4x the cost on small arrays), and a flat gather rather than ``np.take_along_axis`` (~15 µs of
 Python per call) for the row-wise gathers of tree walks.
