@@ -415,12 +415,16 @@ def leaf_sum(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTenso
     """(B, K): the sum over trees of the leaf vector each row reaches, by the options' strategy.
 
     Under ``auto`` the value has a second formulation for the host (:mod:`.host`), which the
-    executor runs where it times faster than the device (the smallest buckets); an explicit
-    strategy is that strategy everywhere."""
+    executor runs where it times faster than the device (the smallest buckets), unless nothing
+    would run it (``host_rows=0`` on a device backend); an explicit strategy is that strategy
+    everywhere."""
     name = choose(ensemble, ctx.options.tree_strategy)
     host = None
+    # Only where something runs it: host placement is on, or the numpy backend runs every bucket.
+    runs_host = ctx.options.host_rows > 0 or ctx.options.backend == "numpy"
     if (
-        ctx.options.tree_strategy == "auto"
+        runs_host
+        and ctx.options.tree_strategy == "auto"
         and ensemble.max_depth > 0
         and not ensemble.has_categorical
     ):

@@ -23,9 +23,10 @@ from tests.compiler.trees.test_strategies import (
 )
 
 
-def _context(builder: lz.Builder, dtype: str, strategy: str = "auto") -> Context:
+def _context(builder: lz.Builder, dtype: str, strategy: str = "auto", **options: object) -> Context:
     schema = InputSchema(tuple(Column(f"x{i}") for i in range(N_FEATURES)), named=False)
-    return Context(builder, compiler.CompileOptions(tree_strategy=strategy, dtype=dtype), schema)
+    opts = compiler.CompileOptions(tree_strategy=strategy, dtype=dtype, **options)  # type: ignore[arg-type]
+    return Context(builder, opts, schema)
 
 
 def _run(ens: Ensemble, x: np.ndarray, name: str, backend: str, dtype: str) -> np.ndarray:
@@ -79,3 +80,15 @@ def test_auto_offers_the_host_formulation_as_a_variant(strategy: str, variant: b
         options = lz.Options(backend=backend, max_batch=64, host_rows=0)
         got = lz.compile(graph, options, warmup=False)({"x": x.astype(np.float32)})["out"]
         np.testing.assert_allclose(got, reference(ens, x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("options", "variant"),
+    [({"host_rows": 0}, False), ({"host_rows": 0, "backend": "numpy"}, True), ({}, True)],
+)
+def test_no_host_formulation_where_nothing_would_run_it(options: dict, variant: bool) -> None:
+    ens, _ = ensemble(5, 5)
+    builder = lz.Builder()
+    xin = builder.input("x", (N_FEATURES,))
+    out = leaf_sum(ens, xin, _context(builder, "float32", "auto", **options))
+    assert (out.node.op is lz.Op.VARIANT) is variant
