@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import dtypes as dt
+from . import forest
 from .errors import InputError
 from .graph import Graph
 from .node import Node
@@ -164,6 +165,9 @@ RULES: dict[Op, Rule] = {
         a[0], _in_bounds(n, a[0], a[1]), axis=n.attr("axis")
     ),
     Op.UPDATE: lambda n, a, ctx: _update(n, *a),
+    Op.FOREST_SUM: lambda n, a, ctx: forest.reference(
+        *a, trees=n.attr("trees"), depth=n.attr("depth")
+    ),
     Op.SUM: lambda n, a, ctx: np.sum(a[0], axis=n.attr("axes"), keepdims=n.attr("keepdims")),
     Op.MAX: lambda n, a, ctx: np.max(a[0], axis=n.attr("axes"), keepdims=n.attr("keepdims")),
     Op.MIN: lambda n, a, ctx: np.min(a[0], axis=n.attr("axes"), keepdims=n.attr("keepdims")),

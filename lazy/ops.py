@@ -71,6 +71,7 @@ class Op(enum.Enum):
     TAKE = "take"
     TAKE_ALONG = "take_along"
     UPDATE = "update"  # one index along an axis replaced (a dynamic update slice)
+    FOREST_SUM = "forest_sum"  # the sum of the leaves a walk of node tables reaches (trees)
     # reductions over non-batch axes
     SUM = "sum"
     MAX = "max"
@@ -504,6 +505,39 @@ def _loop(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
     return types[0]
 
 
+def _forest_sum(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
+    x, feature, threshold, nan_right, left, value = types
+    if len(x.shape) != 2 or not is_batched(x.shape):
+        raise ShapeError(f"FOREST_SUM reads rows × features, got {list(x.shape)}")
+    _require(Op.FOREST_SUM, x.dtype, dt.FLOATS, "floating-point feature")
+    tables = (feature, threshold, nan_right, left)
+    if any(is_batched(t.shape) for t in (*tables, value)):
+        # A walk gathers from its tables by node id: batched tables would hand it other rows'.
+        raise RowMixingError("FOREST_SUM walks unbatched node tables; these hold rows")
+    if any(len(t.shape) != 1 for t in tables) or len(value.shape) != 2:
+        raise ShapeError(
+            "FOREST_SUM needs (N,) feature, threshold, nan_right and left tables and (N, K) "
+            f"leaf values, got {[list(t.shape) for t in (*tables, value)]}"
+        )
+    if len({t.shape[0] for t in (*tables, value)}) != 1:
+        raise ShapeError(
+            f"FOREST_SUM's node tables disagree on the node count: "
+            f"{[t.shape[0] for t in (*tables, value)]}"
+        )
+    for table, what in ((feature, "feature"), (left, "left")):
+        _require(Op.FOREST_SUM, table.dtype, dt.INDEX, f"int32/int64 {what}")
+    if threshold.dtype != x.dtype:
+        raise ShapeError(f"FOREST_SUM thresholds are {threshold.dtype}, the features {x.dtype}")
+    _require(Op.FOREST_SUM, nan_right.dtype, frozenset({"bool"}), "boolean nan_right")
+    _require(Op.FOREST_SUM, value.dtype, dt.FLOATS, "floating-point leaf value")
+    trees, depth = attrs["trees"], attrs["depth"]
+    if not isinstance(trees, int) or not 1 <= trees <= feature.shape[0]:
+        raise ShapeError(f"FOREST_SUM needs 1 <= trees <= {feature.shape[0]} nodes, got {trees!r}")
+    if not isinstance(depth, int) or depth < 0:
+        raise ShapeError(f"FOREST_SUM needs a depth >= 0, got {depth!r}")
+    return TensorType((x.shape[0], value.shape[1]), value.dtype)
+
+
 def _variant(types: Sequence[TensorType], _: Attrs) -> TensorType:
     device, host = types
     if device != host:
@@ -548,6 +582,9 @@ def _build_table() -> dict[Op, OpSpec]:
     add(Op.TAKE_ALONG, 2, ("axis",), _take_along, "gather")
     # Operands: the tensor, a scalar index, the value written at that index along ``axis``.
     add(Op.UPDATE, 3, ("axis",), _update, "layout")
+    # Operands: rows (B, F), then the node tables feature, threshold, nan_right, left (N,) and
+    # the leaf values (N, K); see lazy.forest_sum.
+    add(Op.FOREST_SUM, 6, ("trees", "depth"), _forest_sum, "gather")
     for op in (Op.SUM, Op.MAX, Op.MIN):
         add(op, 1, ("axes", "keepdims"), _reduction(dt.NUMERIC, "numeric")(op), "reduction")
     # Bitwise AND over axes (logical for bools); the empty AND is all ones.

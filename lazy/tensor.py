@@ -384,6 +384,30 @@ def take_along(data: LazyTensor, indices: LazyTensor, axis: int) -> LazyTensor:
     return _make(Op.TAKE_ALONG, [data, indices], axis=axis)
 
 
+def forest_sum(
+    x: LazyTensor,
+    feature: LazyTensor,
+    threshold: LazyTensor,
+    nan_right: LazyTensor,
+    left: LazyTensor,
+    value: LazyTensor,
+    *,
+    trees: int,
+    depth: int,
+) -> LazyTensor:
+    """(B, K): the sum over ``trees`` walks of node tables of the leaf values they reach.
+
+    Walk ``t`` starts at node ``t`` and takes up to ``depth`` steps; at node ``n`` it stays if
+    ``left[n] == n`` (a leaf), else goes to ``left[n] + 1`` when ``x[row, feature[n]] >
+    threshold[n]`` or that value is NaN and ``nan_right[n]``, to ``left[n]`` otherwise. Tables
+    are (N,) (``threshold`` in ``x``'s dtype, ``nan_right`` bool) and ``value`` (N, K); every
+    ``feature`` must index ``x``'s columns and every non-leaf's ``left[n] + 1`` a node. One op
+    where tensor formulations need several per level: the host runs it as a native loop
+    (:mod:`lazy.forest`)."""
+    operands = [x, feature, threshold, nan_right, left, value]
+    return _make(Op.FOREST_SUM, operands, trees=int(trees), depth=int(depth))
+
+
 def update(x: LazyTensor, index: LazyTensor, value: LazyTensor, axis: int) -> LazyTensor:
     """``x`` with the slice at scalar ``index`` along ``axis`` replaced by ``value`` (the shape
     of ``x`` without that axis): numpy's ``y = x.copy(); y[..., index, ...] = value``. The index

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 import time
 from collections.abc import AsyncIterator
 from http import HTTPStatus
@@ -84,6 +85,10 @@ def create_app(
 ) -> FastAPI:
     """The Kestrel application for ``settings`` (environment by default)."""
     settings = settings or Settings()
+    if settings.cache_dir is not None:
+        # Native kernels' machine code (numba, lazy/forest.py) beside the executables, under the
+        # same trust: numba reads this when a model first needs it, after start-up.
+        os.environ.setdefault("NUMBA_CACHE_DIR", str(settings.cache_dir / "numba"))
     metrics = Metrics(registry)
     cache = lz.ExecutableCache(disk_dir=settings.cache_dir)
     metrics.add_cache_collector(cache)

@@ -35,7 +35,7 @@ class SplitColumns:
 
     def thresholds(self, t: np.ndarray) -> np.ndarray:
         """``t`` in the comparison's precision (float32: the largest float32 not above t)."""
-        return float32_floor(t) if self.dtype == "float32" else np.asarray(t, np.float64)
+        return thresholds_in(self.dtype, t)
 
     def encode(
         self, feature: np.ndarray, threshold: np.ndarray, nan_right: np.ndarray
@@ -46,6 +46,17 @@ class SplitColumns:
         infinite = nan_right & (t == np.inf)
         block = np.where(infinite, 2, nan_right.astype(np.int64))
         return np.asarray(feature, np.int64) + self.width * block, np.where(infinite, 0.5, t)
+
+
+def thresholds_in(dtype: str, t: np.ndarray) -> np.ndarray:
+    """Thresholds ``t`` for comparing ``dtype`` features: for float32, the largest float32 not
+    above each (``x <= t`` iff ``x <= t32`` for every float32 x)."""
+    return float32_floor(t) if dtype == "float32" else np.asarray(t, np.float64)
+
+
+def compare_dtype(ensemble: Ensemble, ctx: Context) -> str:
+    """The precision ``ensemble``'s splits compare in (see :func:`split_columns`)."""
+    return "float32" if ensemble.float32_inputs or ctx.dtype == "float32" else "float64"
 
 
 def _needs_isnan_block(ensemble: Ensemble, dtype: str) -> bool:
@@ -64,7 +75,7 @@ def split_columns(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> SplitCo
     ``float32(x) <= t32`` with ``t32`` the largest float32 not above t; HistGradientBoosting
     compares float64, exact in a float64 graph and, in a float32 graph, for every float32 input.
     """
-    dtype = "float32" if ensemble.float32_inputs or ctx.dtype == "float32" else "float64"
+    dtype = compare_dtype(ensemble, ctx)
     x = x if x.dtype == dtype else lz.cast(x, dtype)
     missing = lz.isnan(x)
     blocks = [x, lz.where(missing, np.inf, x)]

@@ -358,7 +358,7 @@ def gemm(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
 # --- choosing -----------------------------------------------------------------------------------
 
 # These build on this module's helpers, which are defined by the time the imports run.
-from .host import choose_host, host_leaf_sum  # noqa: E402
+from .host import host_leaf_sum  # noqa: E402
 from .hybrid import hybrid  # noqa: E402
 from .quickscorer import bitvector  # noqa: E402
 from .treewise import treewise  # noqa: E402
@@ -419,22 +419,20 @@ def leaf_sum(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTenso
     would run it (``host_rows=0`` on a device backend); an explicit strategy is that strategy
     everywhere."""
     name = choose(ensemble, ctx.options.tree_strategy)
-    host = None
     # Only where something runs it: host placement is on, or the numpy backend runs every bucket.
     runs_host = ctx.options.host_rows > 0 or ctx.options.backend == "numpy"
-    if (
+    host = (
         runs_host
         and ctx.options.tree_strategy == "auto"
         and ensemble.max_depth > 0
         and not ensemble.has_categorical
-    ):
-        host = choose_host(ensemble)
+    )
     ctx.note(
-        f"trees: {name}{f' (host: {host})' if host else ''} ({len(ensemble.trees)} trees, "
+        f"trees: {name}{' (host: native walk)' if host else ''} ({len(ensemble.trees)} trees, "
         f"depth {ensemble.max_depth}, {ensemble.n_nodes} nodes, up to {ensemble.max_leaves} "
         f"leaves per tree, {levels(ensemble)} levels in all)"
     )
     device = IMPLEMENTED[name](ensemble, x, ctx)
-    if host is None:
+    if not host:
         return device
-    return lz.variant(device, host_leaf_sum(ensemble, x, ctx, host))
+    return lz.variant(device, host_leaf_sum(ensemble, x, ctx))

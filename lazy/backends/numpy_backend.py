@@ -37,6 +37,7 @@ import numpy as np
 import scipy
 import scipy.special
 
+from .. import forest
 from ..dtypes import DTypePolicy
 from ..errors import BackendError
 from ..graph import Graph
@@ -46,7 +47,7 @@ from ..ops import Op
 from .base import Backend, CompileTimes, Lowering
 
 #: Bumped whenever this module lowers the same graph to different code.
-LOWERING_REVISION = 2
+LOWERING_REVISION = 3
 
 #: The dtype signed integers have inside a plan (see the module docstring).
 HOST_INT = np.dtype(np.intp)
@@ -119,6 +120,13 @@ def _take(n: Node, low: HostLowering) -> Kernel:
         return operator.getitem
     head = (slice(None),) * axis
     return lambda data, idx: data[(*head, idx)]
+
+
+def _forest_sum(n: Node, low: HostLowering) -> Kernel:
+    trees, depth = n.attr("trees"), n.attr("depth")
+    if forest.NATIVE_AVAILABLE:
+        return forest.native(trees, depth)
+    return partial(forest.reference, trees=trees, depth=depth)
 
 
 def _take_along(n: Node, low: HostLowering) -> Kernel:
@@ -226,6 +234,7 @@ RULES: dict[Op, Binder] = {
     Op.MATMUL: _fixed(np.matmul),
     Op.TAKE: _take,
     Op.TAKE_ALONG: _take_along,
+    Op.FOREST_SUM: _forest_sum,
     Op.UPDATE: _update,
     Op.SUM: _reduce(np.add, typed=True),
     Op.MAX: _reduce(np.maximum),
@@ -400,7 +409,11 @@ class NumpyBackend(Backend):
     rules: Mapping[Op, Binder] = RULES  # type: ignore[assignment]  # binders, not eager rules
 
     def fingerprint(self) -> str:
-        return f"numpy={np.__version__};scipy={scipy.__version__};lowering={LOWERING_REVISION}"
+        native = f"numba={forest.numba_version()}" if forest.NATIVE_AVAILABLE else "reference"
+        return (
+            f"numpy={np.__version__};scipy={scipy.__version__};forest={native};"
+            f"lowering={LOWERING_REVISION}"
+        )
 
     def prepare_params(self, values: Sequence[np.ndarray], policy: DTypePolicy) -> Any:
         return tuple(

@@ -99,7 +99,17 @@ def t() -> SimpleNamespace:
         pi=b.param(np.zeros(2, np.int32), "pi"),
         s=b.param(np.float32(2.0), "s"),  # float32[]
         zero=b.param(np.int32(0), "zero"),  # int32[]
+        nodes=b.param(np.zeros(3, np.int32), "nodes"),  # a 3-node table of indices
+        flags=b.param(np.zeros(3, bool), "flags"),
     )
+
+
+def forest(t: SimpleNamespace, **operands: Any) -> lz.LazyTensor:
+    """A FOREST_SUM of ``t``'s 3-node tables, with ``operands`` (or ``trees``/``depth``) swapped."""
+    args = {"x": t.x, "feature": t.nodes, "threshold": t.p, "nan_right": t.flags}
+    args |= {"left": t.nodes, "value": t.w, "trees": 1, "depth": 2}
+    args |= operands
+    return lz.forest_sum(**args)
 
 
 def shape_of(v: lz.LazyTensor) -> tuple[Any, ...]:
@@ -224,6 +234,15 @@ DTYPE_ERRORS = [
     ("ctz of float", Op.CTZ, lambda t: lz.ctz(t.x)),
     ("ctz of bool", Op.CTZ, lambda t: lz.ctz(t.c)),
     ("reduce_and of floats", Op.REDUCE_AND, lambda t: lz.reduce_and(t.x)),
+    ("forest_sum of int rows", Op.FOREST_SUM, lambda t: forest(t, x=t.i)),
+    ("forest_sum thresholds of another dtype", Op.FOREST_SUM, lambda t: forest(t, x=t.x64)),
+    ("forest_sum with float children", Op.FOREST_SUM, lambda t: forest(t, left=t.p)),
+    ("forest_sum with float nan_right", Op.FOREST_SUM, lambda t: forest(t, nan_right=t.p)),
+    (
+        "forest_sum of int leaf values",
+        Op.FOREST_SUM,
+        lambda t: forest(t, value=lz.cast(t.w, "int32")),
+    ),
     ("concat across dtypes", Op.CONCAT, lambda t: lz.concat([t.x, t.i])),
     ("float constant with an int tensor", Op.ADD, lambda t: t.i + 0.5),
     ("bool constant with a float tensor", Op.MUL, lambda t: t.x * True),
@@ -264,6 +283,7 @@ SHAPES = [
     ("update a column", lambda t: lz.update(t.x3, t.zero, t.x3[:, 0, :] * 2.0, 1), (B, 3, 4)),
     ("update a negative axis", lambda t: lz.update(t.x3, t.zero, t.x3[:, :, 0], -1), (B, 3, 4)),
     ("update a param", lambda t: lz.update(t.p23, t.zero, t.p, 0), (2, 3)),
+    ("forest_sum: rows by leaf width", lambda t: forest(t), (B, 2)),
     # reductions
     ("sum last", lambda t: lz.sum(t.x3), (B, 3)),
     ("sum keepdims", lambda t: lz.sum(t.x3, 1, keepdims=True), (B, 1, 4)),
@@ -322,6 +342,13 @@ SHAPE_ERRORS = [
         lambda t: lz.update(t.x3, t.zero, t.x, 1),
     ),
     ("update of a batch by a param", Op.UPDATE, lambda t: lz.update(t.x, t.zero, t.s, 1)),
+    ("forest_sum of unbatched rows", Op.FOREST_SUM, lambda t: forest(t, x=t.p23)),
+    ("forest_sum of 3-d rows", Op.FOREST_SUM, lambda t: forest(t, x=t.x3)),
+    ("forest_sum tables of other lengths", Op.FOREST_SUM, lambda t: forest(t, feature=t.pi)),
+    ("forest_sum leaf values of rank 1", Op.FOREST_SUM, lambda t: forest(t, value=t.p)),
+    ("forest_sum with more trees than nodes", Op.FOREST_SUM, lambda t: forest(t, trees=4)),
+    ("forest_sum with no trees", Op.FOREST_SUM, lambda t: forest(t, trees=0)),
+    ("forest_sum of negative depth", Op.FOREST_SUM, lambda t: forest(t, depth=-1)),
     ("reduction axis out of range", Op.SUM, lambda t: lz.sum(t.x, 2)),
     ("argmax axis out of range", Op.ARGMAX, lambda t: lz.argmax(t.x, -3)),
     ("concat of mismatched shapes", Op.CONCAT, lambda t: lz.concat([t.x3, t.x], axis=1)),
@@ -385,6 +412,7 @@ ROW_MIXING = [
     ("take along axis 0 of a batch", Op.TAKE, lambda t: lz.take(t.x, t.pi, axis=0)),
     ("take_along axis 0 of a batch", Op.TAKE_ALONG, lambda t: lz.take_along(t.x, t.idx, 0)),
     ("update of a row of a batch", Op.UPDATE, lambda t: lz.update(t.x, t.zero, t.p, 0)),
+    ("forest_sum of per-row tables", Op.FOREST_SUM, lambda t: forest(t, threshold=t.x)),
     ("matmul contracting over the batch", Op.MATMUL, lambda t: lz.matmul(t.w34, t.x)),
     ("matmul of batch by batch", Op.MATMUL, lambda t: t.x @ t.x),
     ("transpose moving axis 0", Op.TRANSPOSE, lambda t: lz.transpose(t.x3, (1, 0, 2))),

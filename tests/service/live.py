@@ -31,8 +31,9 @@ class LiveServer:
         self.workdir = workdir
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        inherited = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
         self.env = {
-            **os.environ,
+            **inherited,
             "KESTREL_STORE_URL": str(workdir / "store"),
             "KESTREL_CACHE_DIR": str(workdir / "cache"),
             "KESTREL_ADMIN_TOKEN": ADMIN_TOKEN,

@@ -70,6 +70,12 @@ def server(tmp_path_factory: pytest.TempPathFactory, shop, forest) -> Iterator[L
     live.stop()
 
 
+def test_native_tree_kernels_are_cached_beside_the_executables(server: LiveServer) -> None:
+    # The forest's host walk (lazy/forest.py, numba) compiled at warm-up; its machine code is
+    # kept under KESTREL_CACHE_DIR, the one writable place a locked-down pod has.
+    assert list((server.workdir / "cache" / "numba").rglob("*.nbi")), "no numba cache index"
+
+
 def rows_of(frame: pd.DataFrame) -> list[dict[str, object]]:
     return orjson.loads(frame.to_json(orient="records"))
 

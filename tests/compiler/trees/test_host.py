@@ -1,6 +1,6 @@
-"""The host formulations of tree ensembles (``compiler.trees.host``) against a numpy walk of the
-same ensemble, on the numpy backend (which runs them) and the float64 interpreter; and how
-``leaf_sum`` offers them next to the device strategy."""
+"""The host formulation of tree ensembles (``compiler.trees.host``, one FOREST_SUM) against a
+numpy walk of the same ensemble, on the numpy backend (which runs it natively) and the float64
+interpreter; and how ``leaf_sum`` offers it next to the device strategy."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import lazy as lz
 from compiler.context import Context
 from compiler.schema import Column, InputSchema
 from compiler.trees import Ensemble, leaf_sum
-from compiler.trees.host import LOOKUP_NODES_PER_LEVEL, choose_host, host_leaf_sum
+from compiler.trees.host import host_leaf_sum
 from tests.compiler.trees.test_strategies import (
     N_FEATURES,
     ensemble,
@@ -29,43 +29,35 @@ def _context(builder: lz.Builder, dtype: str, strategy: str = "auto", **options:
     return Context(builder, opts, schema)
 
 
-def _run(ens: Ensemble, x: np.ndarray, name: str, backend: str, dtype: str) -> np.ndarray:
+def _run(ens: Ensemble, x: np.ndarray, backend: str, dtype: str) -> np.ndarray:
     builder = lz.Builder()
     xin = builder.input("x", (N_FEATURES,), dtype)
-    graph = builder.graph({"out": host_leaf_sum(ens, xin, _context(builder, dtype), name)})
+    graph = builder.graph({"out": host_leaf_sum(ens, xin, _context(builder, dtype))})
     if backend == "interpreter":
         return lz.evaluate(graph, {"x": x})["out"]
-    options = lz.Options(backend=backend, max_batch=64, host_rows=0)
+    policy = lz.DTypePolicy.X64 if dtype == "float64" else lz.DTypePolicy.X32
+    options = lz.Options(backend=backend, max_batch=64, host_rows=0, dtype_policy=policy)
     return lz.compile(graph, options, warmup=False)({"x": x.astype(dtype)})["out"]
 
 
-@pytest.mark.parametrize("name", ["lookup", "walk"])
 @pytest.mark.parametrize("backend", ["numpy", "interpreter"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize(("depth", "f32"), [(1, True), (2, True), (6, True), (4, False)])
-def test_formulation_matches_reference(name: str, backend: str, depth: int, f32: bool) -> None:
+def test_formulation_matches_reference(backend: str, dtype: str, depth: int, f32: bool) -> None:
     ens, grid = ensemble(depth, depth, f32=f32)
     x = rows(np.random.default_rng(depth + 200), grid)  # 300 rows: buckets 64 and chunks
-    got = _run(ens, x, name, backend, "float32")
+    got = _run(ens, x, backend, dtype)
     np.testing.assert_allclose(got, reference(ens, x), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["lookup", "walk"])
-def test_trees_of_unequal_depth_stop_at_their_leaves(name: str) -> None:
+def test_trees_of_unequal_depth_stop_at_their_leaves() -> None:
     # A deep chain next to stumps and a single leaf: the shallow ones' leaves loop to themselves.
     ens = Ensemble((spine_tree(7), spine_tree(1), leaf_tree(1)), N_FEATURES, True)
     x = np.random.default_rng(7).standard_normal((9, N_FEATURES))
     x[0] = np.nan
     for rows_ in (x[:1], x):  # one row (a one-row flat gather) and several
-        got = _run(ens, rows_, name, "numpy", "float32")
+        got = _run(ens, rows_, "numpy", "float32")
         np.testing.assert_allclose(got, reference(ens, rows_), rtol=1e-6)
-
-
-def test_the_host_formulation_follows_the_node_count_per_level() -> None:
-    shallow, _ = ensemble(0, 3, 10)
-    assert shallow.n_nodes <= LOOKUP_NODES_PER_LEVEL * shallow.max_depth
-    assert choose_host(shallow) == "lookup"
-    wide = Ensemble(tuple(spine_tree(1) for _ in range(LOOKUP_NODES_PER_LEVEL)), N_FEATURES, True)
-    assert wide.max_depth == 1 and choose_host(wide) == "walk"
 
 
 @pytest.mark.parametrize(("strategy", "variant"), [("auto", True), ("hybrid", False)])

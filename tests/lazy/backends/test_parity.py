@@ -25,6 +25,7 @@ import pytest
 
 import lazy as lz
 from lazy import B, Op
+from tests.lazy.forest_tables import forest_tables
 
 BACKENDS = ("jax", "torch", "numpy")
 MAX_BATCH = 8
@@ -519,6 +520,30 @@ def _(t: Trace):
 def _(t: Trace):
     u = t.input("u", (5,), "uint32", high_uint32())
     return {"y": lz.take_along(u, t.input("i", (5,), "int32", integers(0, 5)), axis=1)}
+
+
+def forest_case(name: str, dtype: str, index: str, depth_attr: int) -> None:
+    def build(t: Trace) -> dict[str, lz.LazyTensor]:
+        x = t.input("x", (6,), dtype, choice(-1.0, 0.0, 0.25, 0.5, 1.0, 2.0, np.nan))
+        feature, threshold, nan_right, left, value = forest_tables(t.rng, 5, 4, 6, 2)
+        b = t.builder
+        tables = [
+            b.param(feature.astype(index), "feature"),
+            b.param(threshold.astype(dtype), "threshold"),
+            b.param(nan_right, "nan_right"),
+            b.param(left.astype(index), "left"),
+            b.param(value.astype(dtype), "value"),
+        ]
+        return {"y": lz.forest_sum(x, *tables, trees=5, depth=depth_attr)}
+
+    CASES.setdefault(Op.FOREST_SUM, []).append(Case(name, build, rtol=1e-5, atol=1e-5))
+
+
+forest_case("float32_int32_tables", "float32", "int32", 4)
+forest_case("float64_int64_tables", "float64", "int64", 4)
+# Steps beyond every leaf stay there; a depth of 0 sums the roots' values.
+forest_case("depth_beyond_the_leaves", "float32", "int64", 9)
+forest_case("depth_zero", "float32", "int32", 0)
 
 
 # reductions

@@ -1,0 +1,138 @@
+"""FOREST_SUM on the host: the op's meaning in numpy, and the native kernel the numpy backend runs.
+
+``lz.forest_sum`` walks node tables: tree ``t`` starts at node ``t``; at node ``n`` a walk stays
+put if ``left[n] == n`` (a leaf), else it reads ``v = x[row, feature[n]]`` and moves to
+``left[n] + 1`` if ``v > threshold[n]`` or (``v`` is NaN and ``nan_right[n]``), to ``left[n]``
+otherwise; after at most ``depth`` steps the reached nodes' ``value`` rows are summed over trees.
+
+:func:`reference` states that in whole-array numpy: the interpreter's rule, and the numpy
+backend's where numba is missing. Vectorized, it pays a few numpy calls per level (~7 µs a level
+at one row), where ONNX Runtime walks a 100-tree model in 13–20 µs. :func:`native` is the same
+walk compiled by numba: row by row, tree by tree, stopping at a leaf; ~2.5 µs for 100 trees of
+depth 3 and ~9 µs for depth 8 at one row here, with no per-level Python at all.
+
+Tables come from the model, which the service treats as untrusted input: the native kernel checks
+every index it follows before reading through it (a predictable branch, no measurable cost), so
+a corrupt table raises instead of reading outside the arrays; the reference checks up front.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import importlib.util
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .errors import BackendError
+
+#: Whether the native kernel can be built (numba importable). Checked without importing numba,
+#: which takes ~0.5 s: only a graph that holds a FOREST_SUM pays that, once per process.
+NATIVE_AVAILABLE = importlib.util.find_spec("numba") is not None
+
+
+def numba_version() -> str:
+    """The installed numba's version (without importing it)."""
+    return importlib.metadata.version("numba")
+
+
+Walk = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], Any]
+
+
+def check_tables(x: np.ndarray, feature: np.ndarray, left: np.ndarray, trees: int) -> None:
+    """Raise IndexError unless every index the walk may follow is in bounds."""
+    n = len(left)
+    inner = left != np.arange(n)
+    if trees > n:
+        raise IndexError(f"FOREST_SUM has {trees} trees but {n} nodes")
+    if np.any((feature < 0) | (feature >= x.shape[1])):
+        raise IndexError(f"FOREST_SUM feature index outside the {x.shape[1]} features")
+    if np.any(inner & ((left < 0) | (left >= n - 1))):
+        raise IndexError(f"FOREST_SUM child index outside the {n} nodes")
+
+
+def reference(
+    x: np.ndarray,
+    feature: np.ndarray,
+    threshold: np.ndarray,
+    nan_right: np.ndarray,
+    left: np.ndarray,
+    value: np.ndarray,
+    *,
+    trees: int,
+    depth: int,
+) -> np.ndarray:
+    """FOREST_SUM of ``x`` (B, F) in whole-array numpy: (B, K) in ``value``'s dtype."""
+    check_tables(x, feature, left, trees)
+    rows = np.arange(x.shape[0])[:, None]
+    node = np.broadcast_to(np.arange(trees, dtype=left.dtype), (x.shape[0], trees))
+    for _ in range(depth):
+        following = left[node]
+        v = x[rows, feature[node]]
+        right = (v > threshold[node]) | (np.isnan(v) & nan_right[node])
+        node = np.where(following == node, node, following + right)
+    return value[node].sum(axis=1, dtype=value.dtype)
+
+
+def native(trees: int, depth: int) -> Walk:
+    """FOREST_SUM of given ``trees`` and ``depth`` by the compiled kernel: a function of the six
+    operands returning (B, K) in ``value``'s dtype. Needs :data:`NATIVE_AVAILABLE`."""
+    kernel = _kernel()
+
+    def walk(
+        x: np.ndarray,
+        feature: np.ndarray,
+        threshold: np.ndarray,
+        nan_right: np.ndarray,
+        left: np.ndarray,
+        value: np.ndarray,
+    ) -> np.ndarray:
+        out = np.zeros((x.shape[0], value.shape[1]), value.dtype)
+        bad = kernel(x, feature, threshold, nan_right, left, value, trees, depth, out)
+        if bad:
+            try:
+                check_tables(x, feature, left, trees)
+            except IndexError as exc:
+                raise BackendError(str(exc)) from None
+            raise BackendError("FOREST_SUM node tables out of bounds")
+        return out
+
+    return walk
+
+
+@functools.cache
+def _kernel() -> Callable[..., int]:
+    import numba
+
+    def walk(x, feature, threshold, nan_right, left, value, trees, depth, out):  # type: ignore[no-untyped-def]
+        n_features, n_nodes, width = x.shape[1], left.shape[0], value.shape[1]
+        for b in range(x.shape[0]):
+            for t in range(trees):
+                node = t
+                for _ in range(depth):
+                    following = left[node]
+                    if following == node:
+                        break
+                    column = feature[node]
+                    if column < 0 or column >= n_features or following < 0:
+                        return 1
+                    if following >= n_nodes - 1:
+                        return 1
+                    v = x[b, column]
+                    if v > threshold[node] or (v != v and nan_right[node]):
+                        following += 1
+                    node = following
+                for j in range(width):
+                    out[b, j] += value[node, j]
+        return 0
+
+    # nogil: a batch scored on a worker thread leaves the event loop free. The machine code is
+    # cached on disk (~1 s to compile each dtype combination) where numba finds a writable
+    # place: NUMBA_CACHE_DIR, this package's __pycache__, or the user's cache directory; on a
+    # read-only filesystem without one it is compiled once per process instead.
+    try:
+        return numba.njit(nogil=True, cache=True)(walk)  # type: ignore[no-any-return]
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        return numba.njit(nogil=True)(walk)  # type: ignore[no-any-return]
