@@ -261,8 +261,9 @@ class ModelManager:
                     continue
                 raise
             t0 = time.perf_counter()
-            _reject_overflow(feed, raw, mv.options.dtype)
-            decoded = model.decode({k: raw[k] for k in wanted})
+            answered = {k: raw[k] for k in wanted}
+            _reject_overflow(feed, answered, mv.options.dtype)  # only heads the client sees
+            decoded = model.decode(answered)
             return Prediction(mv, decoded, rows, time.perf_counter() - t0)
         raise NotReady(f"model {name!r} is being replaced; retry")
 

@@ -91,6 +91,12 @@ class Settings(BaseSettings):
     # -- logging -------------------------------------------------------------------------------
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    otel: bool = Field(
+        False,
+        description="FastAPI's native OpenTelemetry (traces, metrics, logs to the globally "
+        "configured providers); off, metrics are Prometheus's only and no request pays the "
+        "provider lookups",
+    )
 
     @field_validator("cache_dir", "preload", "preload_name", "max_in_flight", mode="before")
     @classmethod

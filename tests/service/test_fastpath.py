@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -187,3 +188,32 @@ def test_an_app_with_its_own_body_limit_keeps_its_stack() -> None:
     app = _app()
     app.max_body_size = 1024
     assert fastpath.install(app, ["/models/{name}/predict"]) == []
+
+
+@pytest.mark.parametrize("otel", [False, True])
+def test_opentelemetry_only_when_asked_for(tmp_path, monkeypatch, otel: bool) -> None:
+    # A configured global tracer provider: FastAPI's native telemetry traces every request
+    # through it, unless KESTREL_OTEL is off (the default), when no request even looks it up.
+    from opentelemetry import trace
+
+    looked_up: list[object] = []
+
+    class Provider(trace.TracerProvider):
+        def get_tracer(self, *args: object, **kwargs: object) -> trace.Tracer:
+            return trace.NoOpTracer()
+
+    def provider() -> trace.TracerProvider:
+        looked_up.append(1)
+        return Provider()
+
+    monkeypatch.setattr(trace, "get_tracer_provider", provider)
+    app = create_app(Settings(store_url=str(tmp_path / "store"), cache_dir=None, otel=otel))
+
+    async def requests() -> None:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://kestrel") as client:
+            assert (await client.get("/healthz")).status_code == 200
+            assert (await client.post("/models/absent/predict", json=[[1.0]])).status_code == 404
+
+    asyncio.run(requests())
+    assert bool(looked_up) is otel
