@@ -147,12 +147,14 @@ class CompiledModel:
         self._decoders = _decoders(traced)
         if options.backend == "interpreter":
             self._runner = lambda feed: lz.run_program(traced.program, feed)
+            self._run_one: Callable[[Any, str], np.ndarray] = lambda feed, m: self._runner(feed)[m]
             stages: tuple[Any, ...] = traced.program.stages
         else:
             compiled = lz.compile(
                 traced.program, options.lazy_options(), options.cache, warmup=options.warmup
             )
             self._runner = compiled
+            self._run_one = compiled.run_one  # one head: a host plan computes only that head
             self.compiled = compiled
             stages = tuple(compiled.stages)
         #: Heads whose output row is NaN whenever its input row has a NaN the model must refuse:
@@ -191,7 +193,7 @@ class CompiledModel:
             )
         on_output = method in self.nan_checked_on_output
         feed, _ = self.schema.to_feed(data, self._dtype, check_nan=not on_output)
-        raw = self._runner(feed)[method]
+        raw = self._run_one(feed, method)
         # One pass over the output instead of the input. A NaN there without one in the input
         # (inf - inf inside the model) is no error: the input check finds nothing, the output
         # stands, and the input's own inf - inf in that check's sum is no warning either.

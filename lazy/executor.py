@@ -29,7 +29,7 @@ from .errors import InputError
 from .graph import Graph
 from .node import Node
 from .ops import Op
-from .passes import inline_params, optimize, specialize
+from .passes import inline_params, optimize, prune, specialize
 from .program import GraphStage, HostStage, Program
 from .shapes import concrete, is_batched, static_size
 from .stats import CompileCause, RunStats
@@ -235,6 +235,10 @@ class CompiledGraph:
         # device call's fixed cost, which only shrinks as buckets grow, so once the device wins
         # a bucket the larger ones are not timed.
         self._host: tuple[Backend, Any] | None = None  # the numpy backend and its parameters
+        #: Which buckets' calls run a host plan (numpy: warm-up placed them there, or the graph's
+        #: backend is numpy), and their plans of one output each (see :meth:`run_one`).
+        self._on_host = [self.backend.target == "host"] * len(self.buckets)
+        self._single: dict[tuple[int, int], tuple[Executable, Any]] = {}
         self._host_may_win = (
             options.host_rows > 0
             and self.backend.target != "host"
@@ -311,6 +315,7 @@ class CompiledGraph:
         self.placements[placement.bucket] = placement
         if placement.runs_on == "host":
             self._routes[index] = (host_exe, host_params)
+            self._on_host[index] = True
         else:
             self._host_may_win = False
 
@@ -330,6 +335,37 @@ class CompiledGraph:
         if rows == 0:
             return self._empty()
         return self._run_chunked(arrays, rows)
+
+    def run_one(self, inputs: Mapping[str, Any], output: int) -> np.ndarray:
+        """Output number ``output`` alone. Where the bucket runs a host plan, a plan of that
+        output only (built on first use): each numpy call is ~1-2 µs whatever its size, so a
+        one-row ``predict_proba`` of a logistic regression skips the ``predict`` head's calls. A
+        device executable computes every output in one call anyway: its results are picked."""
+        arrays, rows = self._validate(inputs)
+        if not 0 < rows <= self.buckets.max_batch:
+            return self.run_list(inputs)[output]
+        index = self.buckets.index(rows)
+        if not self._on_host[index]:
+            return self.run_list(inputs)[output]
+        route = self._single.get((index, output)) or self._single_route(index, output)
+        stats = self.stats
+        stats.calls += 1
+        stats.rows += rows
+        stats.chunks += 1
+        exe, params = route
+        bucket = self._sizes[index]
+        if bucket == rows:
+            return exe(arrays, params)[0]
+        stats.padded_rows += bucket - rows
+        return exe([pad_rows(a, bucket) for a in arrays], params)[0][:rows]
+
+    def _single_route(self, index: int, output: int) -> tuple[Executable, Any]:
+        host = get_backend("numpy")
+        graph = prune(self.host_graph, [self._outputs[output]])
+        exe, _ = host.compile(graph, self._sizes[index], self._policy)
+        route = (exe, host.prepare_params(graph.param_values(), self._policy))
+        self._single[(index, output)] = route
+        return route
 
     def _run_chunked(self, arrays: list[np.ndarray], rows: int) -> list[np.ndarray]:
         # The few rows before the first aligned one do not start a chunk, so that every large
@@ -473,6 +509,14 @@ class CompiledProgram:
     def warmup(self) -> None:
         for g in self.graphs:
             g.warmup()
+
+    def run_one(self, inputs: Mapping[str, Any], name: str) -> np.ndarray:
+        """The output ``name`` alone (see :meth:`CompiledGraph.run_one`)."""
+        if self._only is not None:
+            position = self._names.index(name)
+            picked = position if self._picks is None else self._picks[position]
+            return self._only.run_one(inputs, picked)
+        return self(inputs)[name]
 
     def __call__(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         if self._only is not None:

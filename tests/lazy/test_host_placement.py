@@ -12,7 +12,7 @@ import pytest
 import lazy as lz
 from lazy import executor
 from lazy.backends.jax_backend import JaxBackend
-from lazy.backends.numpy_backend import NumpyExecutable
+from lazy.backends.numpy_backend import NumpyBackend, NumpyExecutable
 
 
 class _Slow:
@@ -139,3 +139,35 @@ def test_host_placement_runs_the_host_formulation_of_a_variant(cache) -> None:
     for rows, factor in ((1, 3.0), (2, 3.0), (3, 2.0), (4, 2.0)):  # 3 and 4 rows: bucket 4
         x = _rows(rows)
         np.testing.assert_allclose(compiled({"x": x})["y"], factor * x, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["slow-jax", "numpy"])
+def test_one_output_runs_a_host_plan_of_that_output_alone(graph, cache, monkeypatch, backend):
+    plans: list[tuple[tuple[str, ...], int]] = []  # (outputs, bucket) of every host plan built
+    compile_plan = NumpyBackend.compile
+
+    def recording(self, g, bucket, policy):
+        plans.append((g.output_names, bucket))
+        return compile_plan(self, g, bucket, policy)
+
+    monkeypatch.setattr(NumpyBackend, "compile", recording)
+    device = SlowJax() if backend == "slow-jax" else "numpy"
+    options = lz.Options(backend=device, max_batch=64, call_rows=64, host_rows=16)
+    program = lz.compile(graph, options, cache)
+    plans.clear()  # those warm-up built: every output
+    before = {b: e.calls for b, e in device.exes.items()} if backend == "slow-jax" else {}
+    for rows in (1, 3, 16, 17, 64, 100):  # host buckets, device buckets (slow-jax), chunks
+        x = _rows(rows)
+        want = lz.evaluate(graph, {"x": x})
+        for name in ("proba", "label"):
+            got = program.run_one({"x": x}, name)
+            assert got.shape == want[name].shape
+            np.testing.assert_allclose(got, want[name], rtol=1e-5, atol=1e-6)
+    host_buckets = [1, 4, 16] if backend == "slow-jax" else [1, 4, 16, 32, 64]
+    # One plan per host bucket and output, of that output alone, built once.
+    assert sorted(plans) == sorted(
+        (names, b) for b in host_buckets for names in [("proba",), ("label",)]
+    )
+    if backend == "slow-jax":  # the device buckets computed both outputs in one call each
+        calls = {b: e.calls - before[b] for b, e in device.exes.items()}
+        assert calls == {1: 0, 2: 0, 4: 0, 8: 0, 16: 0, 32: 2, 64: 2 + 4}  # 100 rows: 2 chunks
