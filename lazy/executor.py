@@ -327,14 +327,7 @@ class CompiledGraph:
         """The outputs in :attr:`output_names` order: the per-request hot path (``__call__``
         and :class:`CompiledProgram` build their dicts from it)."""
         arrays, rows = self._validate(inputs)
-        stats = self.stats
-        stats.calls += 1
-        stats.rows += rows
-        if 0 < rows <= self.buckets.max_batch:
-            return self._run(arrays, rows)
-        if rows == 0:
-            return self._empty()
-        return self._run_chunked(arrays, rows)
+        return self._run_rows(arrays, rows)
 
     def run_one(self, inputs: Mapping[str, Any], output: int) -> np.ndarray:
         """Output number ``output`` alone. Where the bucket runs a host plan, a plan of that
@@ -342,22 +335,16 @@ class CompiledGraph:
         one-row ``predict_proba`` of a logistic regression skips the ``predict`` head's calls. A
         device executable computes every output in one call anyway: its results are picked."""
         arrays, rows = self._validate(inputs)
-        if not 0 < rows <= self.buckets.max_batch:
-            return self.run_list(inputs)[output]
-        index = self.buckets.index(rows)
-        if not self._on_host[index]:
-            return self.run_list(inputs)[output]
-        route = self._single.get((index, output)) or self._single_route(index, output)
-        stats = self.stats
-        stats.calls += 1
-        stats.rows += rows
-        stats.chunks += 1
-        exe, params = route
-        bucket = self._sizes[index]
-        if bucket == rows:
-            return exe(arrays, params)[0]
-        stats.padded_rows += bucket - rows
-        return exe([pad_rows(a, bucket) for a in arrays], params)[0][:rows]
+        if 0 < rows <= self.buckets.max_batch:
+            index = self.buckets.index(rows)
+            if self._on_host[index]:
+                stats = self.stats
+                stats.calls += 1
+                stats.rows += rows
+                stats.chunks += 1
+                route = self._single.get((index, output)) or self._single_route(index, output)
+                return self._call(route, index, arrays, rows)[0]
+        return self._run_rows(arrays, rows)[output]
 
     def _single_route(self, index: int, output: int) -> tuple[Executable, Any]:
         host = get_backend("numpy")
@@ -366,6 +353,16 @@ class CompiledGraph:
         route = (exe, host.prepare_params(graph.param_values(), self._policy))
         self._single[(index, output)] = route
         return route
+
+    def _run_rows(self, arrays: list[np.ndarray], rows: int) -> list[np.ndarray]:
+        stats = self.stats
+        stats.calls += 1
+        stats.rows += rows
+        if 0 < rows <= self.buckets.max_batch:
+            return self._run(arrays, rows)
+        if rows == 0:
+            return self._empty()
+        return self._run_chunked(arrays, rows)
 
     def _run_chunked(self, arrays: list[np.ndarray], rows: int) -> list[np.ndarray]:
         # The few rows before the first aligned one do not start a chunk, so that every large
@@ -402,7 +399,13 @@ class CompiledGraph:
     def _run(self, arrays: list[np.ndarray], rows: int) -> list[np.ndarray]:
         index = self.buckets.index(rows)
         self.stats.chunks += 1
-        exe, params = self._routes[index] or self._route_on_demand(index)
+        return self._call(self._routes[index] or self._route_on_demand(index), index, arrays, rows)
+
+    def _call(
+        self, route: tuple[Executable, Any], index: int, arrays: list[np.ndarray], rows: int
+    ) -> list[np.ndarray]:
+        """``route`` (an executable and its parameters) on ``rows`` rows in bucket ``index``."""
+        exe, params = route
         bucket = self._sizes[index]
         if bucket == rows:  # an exact bucket: no padded copy, no output slice
             return exe(arrays, params)
