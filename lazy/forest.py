@@ -81,16 +81,10 @@ def native(trees: int, depth: int) -> Walk:
     operands returning (B, K) in ``value``'s dtype. Needs :data:`NATIVE_AVAILABLE`."""
     kernel = _kernel()
 
-    def walk(
-        x: np.ndarray,
-        feature: np.ndarray,
-        threshold: np.ndarray,
-        nan_right: np.ndarray,
-        left: np.ndarray,
-        value: np.ndarray,
-    ) -> np.ndarray:
+    def walk(*operands: np.ndarray) -> np.ndarray:
+        x, feature, _, _, left, value = operands
         out = np.zeros((x.shape[0], value.shape[1]), value.dtype)
-        bad = kernel(x, feature, threshold, nan_right, left, value, trees, depth, out)
+        bad = kernel(*operands, trees, depth, out)
         if bad:
             try:
                 check_tables(x, feature, left, trees)

@@ -1,5 +1,6 @@
 """FOREST_SUM's host implementations (``lazy.forest``): the native kernel against the whole-array
-reference, bounds checks on corrupt tables, and the numpy backend's fallback without numba."""
+reference, bounds checks on corrupt tables, and the numpy backend's fallback without numba.
+numba is a dependency of the project, so the native kernel is tested, never skipped."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ import pytest
 import lazy as lz
 from lazy import forest
 from tests.lazy.forest_tables import forest_tables
-
-needs_numba = pytest.mark.skipif(not forest.NATIVE_AVAILABLE, reason="numba is not installed")
 
 
 def _rows(rng: np.random.Generator, n: int, features: int, dtype: str) -> np.ndarray:
@@ -29,7 +28,6 @@ def _tables(seed: int, dtype: str, trees: int = 7, depth: int = 5) -> tuple[np.n
     return feature, threshold.astype(dtype), nan_right, left, value
 
 
-@needs_numba
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("n", [1, 37])
 @pytest.mark.parametrize("depth", [0, 3, 5, 12])
@@ -43,7 +41,6 @@ def test_native_walk_reaches_the_reference_leaves(dtype: str, n: int, depth: int
         np.testing.assert_array_equal(got, want)
 
 
-@needs_numba
 def test_native_walk_reads_strided_rows() -> None:
     tables = _tables(3, "float32")
     x = _rows(np.random.default_rng(3), 40, 12, "float32")[::2, ::2]  # a non-contiguous view
@@ -72,9 +69,8 @@ def test_corrupt_tables_raise_instead_of_reading_outside(what: str) -> None:
     tables = _corrupt(what)
     with pytest.raises(IndexError, match="outside"):
         forest.reference(x, *tables, trees=7, depth=5)
-    if forest.NATIVE_AVAILABLE:
-        with pytest.raises(lz.BackendError, match="outside"):
-            forest.native(7, 5)(x, *tables)
+    with pytest.raises(lz.BackendError, match="outside"):
+        forest.native(7, 5)(x, *tables)
 
 
 def _graph(tables: tuple[np.ndarray, ...], depth: int) -> lz.Graph:
