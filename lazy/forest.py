@@ -19,24 +19,13 @@ a corrupt table raises instead of reading outside the arrays; the reference chec
 from __future__ import annotations
 
 import functools
-import importlib.metadata
-import importlib.util
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from . import native as _native
 from .errors import BackendError
-
-#: Whether the native kernel can be built (numba importable). Checked without importing numba,
-#: which takes ~0.5 s: only a graph that holds a FOREST_SUM pays that, once per process.
-NATIVE_AVAILABLE = importlib.util.find_spec("numba") is not None
-
-
-def numba_version() -> str:
-    """The installed numba's version (without importing it)."""
-    return importlib.metadata.version("numba")
-
 
 Walk = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], Any]
 
@@ -78,7 +67,7 @@ def reference(
 
 def native(trees: int, depth: int) -> Walk:
     """FOREST_SUM of given ``trees`` and ``depth`` by the compiled kernel: a function of the six
-    operands returning (B, K) in ``value``'s dtype. Needs :data:`NATIVE_AVAILABLE`."""
+    operands returning (B, K) in ``value``'s dtype. Needs :data:`lazy.native.AVAILABLE`."""
     kernel = _kernel()
 
     def walk(*operands: np.ndarray) -> np.ndarray:
@@ -98,8 +87,6 @@ def native(trees: int, depth: int) -> Walk:
 
 @functools.cache
 def _kernel() -> Callable[..., int]:
-    import numba
-
     def walk(x, feature, threshold, nan_right, left, value, trees, depth, out):  # type: ignore[no-untyped-def]
         n_features, n_nodes, width = x.shape[1], left.shape[0], value.shape[1]
         for b in range(x.shape[0]):
@@ -122,11 +109,4 @@ def _kernel() -> Callable[..., int]:
                     out[b, j] += value[node, j]
         return 0
 
-    # nogil: a batch scored on a worker thread leaves the event loop free. The machine code is
-    # cached on disk (~1 s to compile each dtype combination) where numba finds a writable
-    # place: NUMBA_CACHE_DIR, this package's __pycache__, or the user's cache directory; on a
-    # read-only filesystem without one it is compiled once per process instead.
-    try:
-        return numba.njit(nogil=True, cache=True)(walk)  # type: ignore[no-any-return]
-    except RuntimeError:  # "cannot cache function ...: no locator available"
-        return numba.njit(nogil=True)(walk)  # type: ignore[no-any-return]
+    return _native.compile_kernel(walk)

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from . import coupling, forest
 from . import dtypes as dt
-from . import forest
 from .errors import InputError
 from .graph import Graph
 from .node import Node
@@ -168,6 +168,7 @@ RULES: dict[Op, Rule] = {
     Op.FOREST_SUM: lambda n, a, ctx: forest.reference(
         *a, trees=n.attr("trees"), depth=n.attr("depth")
     ),
+    Op.COUPLE: lambda n, a, ctx: coupling.reference(a[0], n.attr("classes")),
     Op.SUM: lambda n, a, ctx: np.sum(a[0], axis=n.attr("axes"), keepdims=n.attr("keepdims")),
     Op.MAX: lambda n, a, ctx: np.max(a[0], axis=n.attr("axes"), keepdims=n.attr("keepdims")),
     Op.MIN: lambda n, a, ctx: np.min(a[0], axis=n.attr("axes"), keepdims=n.attr("keepdims")),

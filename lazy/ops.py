@@ -72,6 +72,7 @@ class Op(enum.Enum):
     TAKE_ALONG = "take_along"
     UPDATE = "update"  # one index along an axis replaced (a dynamic update slice)
     FOREST_SUM = "forest_sum"  # the sum of the leaves a walk of node tables reaches (trees)
+    COUPLE = "couple"  # class probabilities from pairwise ones, as libsvm couples them
     # reductions over non-batch axes
     SUM = "sum"
     MAX = "max"
@@ -538,6 +539,21 @@ def _forest_sum(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
     return TensorType((x.shape[0], value.shape[1]), value.dtype)
 
 
+def _couple(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
+    (r,) = types
+    classes = attrs["classes"]
+    if not isinstance(classes, int) or classes < 2:
+        raise ShapeError(f"COUPLE needs an integer classes >= 2, got {classes!r}")
+    _require(Op.COUPLE, r.dtype, dt.FLOATS, "floating-point")
+    pairs = classes * (classes - 1) // 2
+    if len(r.shape) != 2 or r.shape[1] != pairs:
+        raise ShapeError(
+            f"COUPLE of {classes} classes reads rows × {pairs} pairwise probabilities, "
+            f"got {list(r.shape)}"
+        )
+    return TensorType((r.shape[0], classes), r.dtype)
+
+
 def _variant(types: Sequence[TensorType], _: Attrs) -> TensorType:
     device, host = types
     if device != host:
@@ -585,6 +601,9 @@ def _build_table() -> dict[Op, OpSpec]:
     # Operands: rows (B, F), then the node tables feature, threshold, nan_right, left (N,) and
     # the leaf values (N, K); see lazy.forest_sum.
     add(Op.FOREST_SUM, 6, ("trees", "depth"), _forest_sum, "gather")
+    # Each row's pairwise probabilities (B, k(k-1)/2) → its k class probabilities, iterated row
+    # by row (rows never mix, as in a LOOP); see lazy.couple.
+    add(Op.COUPLE, 1, ("classes",), _couple, "control")
     for op in (Op.SUM, Op.MAX, Op.MIN):
         add(op, 1, ("axes", "keepdims"), _reduction(dt.NUMERIC, "numeric")(op), "reduction")
     # Bitwise AND over axes (logical for bools); the empty AND is all ones.

@@ -3,7 +3,7 @@
 libsvm's decision for the class pair (i, j) sums the kernel against class i's support vectors
 weighted by row j-1 of the dual coefficients, plus class j's weighted by row i, plus the intercept.
 That is one (n_SV, n_pairs) weight matrix, so every decision is ``kernel(x, SV) @ W + b``.
-``predict_proba`` (``probability=True``) couples those decisions as libsvm does, in a LOOP (see
+``predict_proba`` (``probability=True``) couples those decisions as libsvm does (see
 :mod:`._libsvm_proba`).
 """
 
@@ -126,7 +126,7 @@ def _fitted_with_probability(est: Any) -> bool:
     NuSVC,
     methods=("predict", "decision_function", "predict_proba"),
     limits=f"kernels {_KERNELS}; decision_function_shape 'ovr' / 'ovo'; break_ties; "
-    "predict_proba with probability=True (libsvm's pairwise coupling, iterated on the device; "
+    "predict_proba with probability=True (libsvm's pairwise coupling, iterated row by row; "
     "in float32 a row whose stopping test falls within rounding of libsvm's tolerance can stop "
     "one iteration apart from libsvm)",
 )

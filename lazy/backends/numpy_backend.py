@@ -37,7 +37,7 @@ import numpy as np
 import scipy
 import scipy.special
 
-from .. import forest
+from .. import coupling, forest, native
 from ..dtypes import DTypePolicy
 from ..errors import BackendError
 from ..graph import Graph
@@ -47,7 +47,7 @@ from ..ops import Op
 from .base import Backend, CompileTimes, Lowering
 
 #: Bumped whenever this module lowers the same graph to different code.
-LOWERING_REVISION = 3
+LOWERING_REVISION = 4
 
 #: The dtype signed integers have inside a plan (see the module docstring).
 HOST_INT = np.dtype(np.intp)
@@ -124,9 +124,16 @@ def _take(n: Node, low: HostLowering) -> Kernel:
 
 def _forest_sum(n: Node, low: HostLowering) -> Kernel:
     trees, depth = n.attr("trees"), n.attr("depth")
-    if forest.NATIVE_AVAILABLE:
+    if native.AVAILABLE:
         return forest.native(trees, depth)
     return partial(forest.reference, trees=trees, depth=depth)
+
+
+def _couple(n: Node, low: HostLowering) -> Kernel:
+    classes = n.attr("classes")
+    if native.AVAILABLE:
+        return coupling.native(classes)
+    return partial(coupling.reference, classes=classes)
 
 
 def _take_along(n: Node, low: HostLowering) -> Kernel:
@@ -235,6 +242,7 @@ RULES: dict[Op, Binder] = {
     Op.TAKE: _take,
     Op.TAKE_ALONG: _take_along,
     Op.FOREST_SUM: _forest_sum,
+    Op.COUPLE: _couple,
     Op.UPDATE: _update,
     Op.SUM: _reduce(np.add, typed=True),
     Op.MAX: _reduce(np.maximum),
@@ -409,9 +417,9 @@ class NumpyBackend(Backend):
     rules: Mapping[Op, Binder] = RULES  # type: ignore[assignment]  # binders, not eager rules
 
     def fingerprint(self) -> str:
-        native = f"numba={forest.numba_version()}" if forest.NATIVE_AVAILABLE else "reference"
+        kernels = f"numba={native.numba_version()}" if native.AVAILABLE else "reference"
         return (
-            f"numpy={np.__version__};scipy={scipy.__version__};forest={native};"
+            f"numpy={np.__version__};scipy={scipy.__version__};kernels={kernels};"
             f"lowering={LOWERING_REVISION}"
         )
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import coupling
 from ..dtypes import DTypePolicy
 from ..graph import Graph
 from ..node import Node
@@ -159,6 +160,14 @@ def _forest_sum(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
     return value[node].sum(dim=1)
 
 
+def _couple(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
+    # lazy.coupling's vectorized sweeps, ending once every row has stopped.
+    (r,) = a
+    return coupling.solve(  # type: ignore[no-any-return]
+        r, n.attr("classes"), torch.where, lambda v: torch.as_tensor(v, device=r.device)
+    )
+
+
 def _update(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
     x, idx, value = a
     out = x.clone()  # values are immutable: a loop's carry is copied once per iteration
@@ -269,6 +278,7 @@ RULES: dict[Op, Rule] = {
     ),
     Op.UPDATE: _signed_bits(_update),
     Op.FOREST_SUM: _forest_sum,
+    Op.COUPLE: _couple,
     Op.SUM: _signed_bits(_sum),
     Op.MAX: _signed_order(_reduce(torch.amax), values=True),
     Op.MIN: _signed_order(_reduce(torch.amin), values=True),

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import lazy as lz
-from lazy import forest
+from lazy import forest, native
 from tests.lazy.forest_tables import forest_tables
 
 
@@ -89,7 +89,7 @@ def test_numpy_backend_walks_in_numpy_without_numba(monkeypatch: pytest.MonkeyPa
     def no_native(trees: int, depth: int) -> None:
         raise AssertionError("the native kernel was used without numba")
 
-    monkeypatch.setattr(forest, "NATIVE_AVAILABLE", False)
+    monkeypatch.setattr(native, "AVAILABLE", False)
     monkeypatch.setattr(forest, "native", no_native)
     options = lz.Options(backend="numpy", max_batch=16, host_rows=0)
     got = lz.compile(graph, options, warmup=False)({"x": x})["y"]

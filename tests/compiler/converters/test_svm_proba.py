@@ -1,6 +1,6 @@
 """SVC / NuSVC ``predict_proba``: libsvm's Platt scaling and pairwise coupling, reproduced in float64
-(the conformance suite covers float32 on JAX), plus the coupling alone against a port of libsvm's
-``multiclass_probability`` on pairwise probabilities the data sets do not reach."""
+(the conformance suite covers float32 on JAX). The coupling alone, on pairwise probabilities the
+data sets do not reach, is tested as the ``lz.couple`` op (tests/lazy/test_coupling.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,6 @@ from sklearn.datasets import load_iris, make_blobs, make_classification
 from sklearn.svm import SVC, NuSVC
 
 import compiler
-import lazy as lz
-from compiler.context import Context
-from compiler.converters._libsvm_proba import couple
-from compiler.schema import InputSchema
 
 INTERPRETER = compiler.CompileOptions(backend="interpreter", dtype="float64")
 
@@ -64,68 +60,3 @@ def test_without_probability_there_is_no_predict_proba() -> None:
     options = compiler.CompileOptions(backend="interpreter", methods=("predict_proba",))
     with pytest.raises(compiler.UnsupportedError, match="predict_proba"):
         compiler.compile(est, options=options)
-
-
-# --- the coupling alone ---------------------------------------------------------------------------
-
-
-def _libsvm_coupling(r: np.ndarray) -> np.ndarray:
-    """A line-by-line port of libsvm's ``multiclass_probability`` for one row of a full (k, k)
-    pairwise matrix (``r[i, j]`` the probability of i over j)."""
-    k = len(r)
-    q = np.zeros((k, k))
-    p = np.full(k, 1.0 / k)
-    for t in range(k):
-        for j in range(t):
-            q[t, t] += r[j, t] * r[j, t]
-            q[t, j] = q[j, t]
-        for j in range(t + 1, k):
-            q[t, t] += r[j, t] * r[j, t]
-            q[t, j] = -r[j, t] * r[t, j]
-    eps = 0.005 / k
-    for _ in range(max(100, k)):
-        qp = np.zeros(k)
-        pqp = 0.0
-        for t in range(k):
-            for j in range(k):
-                qp[t] += q[t, j] * p[j]
-            pqp += p[t] * qp[t]
-        if max(abs(qp[t] - pqp) for t in range(k)) < eps:
-            break
-        for t in range(k):
-            diff = (-qp[t] + pqp) / q[t, t]
-            p[t] += diff
-            pqp = (pqp + diff * (diff * q[t, t] + 2 * qp[t])) / (1 + diff) / (1 + diff)
-            for j in range(k):
-                qp[j] = (qp[j] + diff * q[t, j]) / (1 + diff)
-                p[j] /= 1 + diff
-    return p
-
-
-def _pairwise_rows(k: int, rows: int, rng: np.random.Generator) -> np.ndarray:
-    """(rows, n_pairs) pairwise probabilities: uniform ones, clipped extremes, a contradictory cycle
-    (0 beats 1 beats 2 beats 0) and the all-even row that stops before the first sweep."""
-    n = k * (k - 1) // 2
-    uniform = rng.uniform(1e-7, 1 - 1e-7, (rows, n))
-    extremes = rng.choice([1e-7, 1 - 1e-7, 0.5, 0.01, 0.99], (rows, n))
-    cycle = np.full((1, n), 0.5)
-    if k >= 3:
-        cycle[0, [0, 1, k - 1]] = [1 - 1e-7, 1e-7, 1 - 1e-7]  # pairs (0,1), (0,2), (1,2)
-    return np.concatenate([uniform, extremes, cycle, np.full((1, n), 0.5)])
-
-
-@pytest.mark.parametrize("k", [2, 3, 4, 6])
-def test_coupling_matches_libsvm_row_by_row(k: int) -> None:
-    # Rows stopping after 0 to 4 sweeps share a batch: each must stop exactly when libsvm does.
-    b = lz.Builder()
-    ctx = Context(b, compiler.CompileOptions(dtype="float64"), InputSchema((), named=False))
-    pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
-    r_in = b.input("r", (len(pairs),), "float64")
-    graph = b.graph({"p": couple(r_in, k, ctx)})
-    rows = _pairwise_rows(k, 40, np.random.default_rng(k))
-    got = lz.evaluate(graph, {"r": rows})["p"]
-    for row, p in zip(rows, got, strict=True):
-        full = np.zeros((k, k))
-        for (i, j), value in zip(pairs, row, strict=True):
-            full[i, j], full[j, i] = value, 1.0 - value
-        np.testing.assert_allclose(p, _libsvm_coupling(full), rtol=1e-12, atol=1e-15)

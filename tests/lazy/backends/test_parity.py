@@ -546,6 +546,20 @@ forest_case("depth_beyond_the_leaves", "float32", "int64", 9)
 forest_case("depth_zero", "float32", "int32", 0)
 
 
+def couple_case(name: str, dtype: str, classes: int, draw: Draw) -> None:
+    def build(t: Trace) -> dict[str, lz.LazyTensor]:
+        r = t.input("r", (classes * (classes - 1) // 2,), dtype, draw)
+        return {"p": lz.couple(r, classes=classes)}
+
+    CASES.setdefault(Op.COUPLE, []).append(Case(name, build))
+
+
+couple_case("float32_two_classes", "float32", 2, uniform(1e-7, 1.0 - 1e-7))
+couple_case("float64_four_classes", "float64", 4, uniform(1e-7, 1.0 - 1e-7))
+# Clipped extremes and ties: rows that stop at once next to rows that take many sweeps.
+couple_case("float32_extremes", "float32", 3, choice(1e-7, 1.0 - 1e-7, 0.5, 0.01, 0.99))
+
+
 # reductions
 
 

@@ -1,0 +1,36 @@
+"""Native host kernels: numba, where it is installed, compiles the loops the numpy backend runs
+for ops whose tensor formulations would cost many numpy calls per row (FOREST_SUM, COUPLE).
+
+numba is imported only when a graph first needs a kernel (~0.5 s): :data:`AVAILABLE` is checked
+without importing it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+from collections.abc import Callable
+from typing import Any
+
+#: Whether native kernels can be built (numba importable).
+AVAILABLE = importlib.util.find_spec("numba") is not None
+
+
+def numba_version() -> str:
+    """The installed numba's version (without importing it)."""
+    return importlib.metadata.version("numba")
+
+
+def compile_kernel(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` compiled by numba: ``nogil`` (a batch scored on a worker thread leaves the event
+    loop free) and cached on disk (~1 s to compile each dtype combination) where numba finds a
+    writable place: NUMBA_CACHE_DIR, the package's __pycache__, or the user's cache directory.
+    On a read-only filesystem without one it is compiled once per process instead. Float
+    arithmetic is IEEE's, as in numpy and XLA (numba's default raises on a division by zero)."""
+    import numba
+
+    options = {"nogil": True, "error_model": "numpy"}
+    try:
+        return numba.njit(cache=True, **options)(fn)  # type: ignore[no-any-return]
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        return numba.njit(**options)(fn)  # type: ignore[no-any-return]
