@@ -15,7 +15,10 @@ from sklearn.ensemble import (
 )
 
 import compiler
-from compiler.schema import NARROW_BLOCK_ROWS, InputSchema, narrow_rounding_down
+from compiler import narrowing
+from compiler.narrowing import NARROW_BLOCK_ROWS, narrow_rounding_down
+from compiler.schema import InputSchema
+from lazy import native
 
 
 def rounded_data(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -26,7 +29,20 @@ def rounded_data(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def test_narrowing_rounds_the_chosen_columns_down_and_the_rest_to_nearest() -> None:
+@pytest.fixture(params=["native", "numpy"])
+def narrowing_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both formulations, whatever the size: the native loop (numba is a dependency, so it is
+    tested, never skipped) and the numpy blocks."""
+    if request.param == "native":
+        monkeypatch.setattr(narrowing, "NATIVE_VALUES", 1 << 40)
+    else:
+        monkeypatch.setattr(native, "AVAILABLE", False)
+    return str(request.param)
+
+
+def test_narrowing_rounds_the_chosen_columns_down_and_the_rest_to_nearest(
+    narrowing_path: str,
+) -> None:
     rng = np.random.default_rng(1)
     x = rng.normal(size=(2000, 3)) * 10.0 ** rng.integers(-30, 30, size=(2000, 3))
     x[0] = [np.nan, np.inf, -np.inf]
@@ -46,13 +62,14 @@ def test_narrowing_rounds_the_chosen_columns_down_and_the_rest_to_nearest() -> N
     assert np.array_equal(got[2], np.float32([0.1, -0.1, 1.5]))
 
 
-def test_narrowing_in_blocks_equals_narrowing_each_row() -> None:
+def test_narrowing_in_blocks_equals_narrowing_each_row(narrowing_path: str) -> None:
     rng = np.random.default_rng(2)
     rows = 2 * NARROW_BLOCK_ROWS + 3  # two full blocks and a partial one
     x = rng.normal(size=(rows, 4)) * 10.0 ** rng.integers(-40, 40, size=(rows, 4))
     x[-1] = [-1e-50, 1e-50, -0.0, 1e39]  # round to -0.0 / +0.0 / -0.0 / inf first
     for columns in (frozenset(range(4)), frozenset({1, 3})):
         got = narrow_rounding_down(x, columns)
+        np.testing.assert_array_equal(narrow_rounding_down(x[::-1], columns), got[::-1])
         each = np.concatenate([narrow_rounding_down(x[i : i + 1], columns) for i in range(rows)])
         assert np.array_equal(got.view(np.int32), each.view(np.int32))
     got = narrow_rounding_down(x[-1:], frozenset(range(4)))[0]
