@@ -338,12 +338,8 @@ class CompiledGraph:
         if 0 < rows <= self.buckets.max_batch:
             index = self.buckets.index(rows)
             if self._on_host[index]:
-                stats = self.stats
-                stats.calls += 1
-                stats.rows += rows
-                stats.chunks += 1
                 route = self._single.get((index, output)) or self._single_route(index, output)
-                return self._call(route, index, arrays, rows)[0]
+                return self._run_rows(arrays, rows, route)[0]
         return self._run_rows(arrays, rows)[output]
 
     def _single_route(self, index: int, output: int) -> tuple[Executable, Any]:
@@ -354,12 +350,16 @@ class CompiledGraph:
         self._single[(index, output)] = route
         return route
 
-    def _run_rows(self, arrays: list[np.ndarray], rows: int) -> list[np.ndarray]:
+    def _run_rows(
+        self, arrays: list[np.ndarray], rows: int, route: tuple[Executable, Any] | None = None
+    ) -> list[np.ndarray]:
+        """``rows`` rows in one bucket (by ``route`` where given: a small call only) or in
+        chunks."""
         stats = self.stats
         stats.calls += 1
         stats.rows += rows
         if 0 < rows <= self.buckets.max_batch:
-            return self._run(arrays, rows)
+            return self._run(arrays, rows, route)
         if rows == 0:
             return self._empty()
         return self._run_chunked(arrays, rows)
@@ -396,10 +396,13 @@ class CompiledGraph:
                 offset += j - i
         return results
 
-    def _run(self, arrays: list[np.ndarray], rows: int) -> list[np.ndarray]:
+    def _run(
+        self, arrays: list[np.ndarray], rows: int, route: tuple[Executable, Any] | None = None
+    ) -> list[np.ndarray]:
         index = self.buckets.index(rows)
         self.stats.chunks += 1
-        return self._call(self._routes[index] or self._route_on_demand(index), index, arrays, rows)
+        route = route or self._routes[index] or self._route_on_demand(index)
+        return self._call(route, index, arrays, rows)
 
     def _call(
         self, route: tuple[Executable, Any], index: int, arrays: list[np.ndarray], rows: int
@@ -414,8 +417,10 @@ class CompiledGraph:
         return [o[:rows] for o in outs]
 
     def _route_on_demand(self, index: int) -> tuple[Executable, Any]:
-        exe = self._executable(index, CompileCause.ON_DEMAND)
-        return self._routes[index] or (exe, self._params)
+        self._executable(index, CompileCause.ON_DEMAND)  # routes the bucket to it
+        route = self._routes[index]
+        assert route is not None
+        return route
 
     def _validate(self, inputs: Mapping[str, Any]) -> tuple[list[np.ndarray], int]:
         arrays = []
