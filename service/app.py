@@ -228,7 +228,12 @@ def create_app(
         ] = None,
         sample: Annotated[str | None, Form(description="JSON rows for schema and parity")] = None,
         options: Annotated[str | None, Form(description="JSON object of ModelOptions")] = None,
-        wait: Annotated[bool, Query(description="answer when READY or FAILED")] = False,
+        wait: Annotated[
+            bool,
+            Query(
+                description="answer when the load ends: 201 (READY, or RETIRED since), or its error"
+            ),
+        ] = False,
     ) -> Response:
         data = await file.read()
         if not data:
@@ -253,7 +258,10 @@ def create_app(
             await manager.wait(mv, settings.register_wait_s)
             if mv.state is State.FAILED:
                 raise failure_error(mv)
-            if mv.state is State.READY:
+            # Created, whether still READY or already RETIRED (deleted or overtaken by a newer
+            # version before this coroutine ran again): 202 would send the client to poll a
+            # version that has finished loading.
+            if mv.state is not State.LOADING:
                 return json_response(mv.describe(), 201, {"Location": location})
         return json_response(mv.describe(), 202, {"Location": location})
 
