@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -64,6 +64,10 @@ class Tables:
     direct: np.ndarray
     eye: np.ndarray
     unit: np.ndarray
+
+    def converted(self, convert: Callable[[np.ndarray], Any]) -> Tables:
+        """The same tables as another array library's arrays."""
+        return Tables(*(convert(getattr(self, f.name)) for f in fields(self)))
 
 
 @functools.cache
@@ -125,7 +129,7 @@ def solve(r: Any, classes: int, where: Where, convert: Callable[[np.ndarray], An
     """COUPLE of ``r`` (B, n_pairs) by the vectorized sweeps in ``r``'s array library (``where``
     its select, ``convert`` its array of a numpy one), sweeping until every row has stopped."""
     dtype = _numpy_dtype(r)
-    t = Tables(*(convert(a) for a in vars(tables(classes, dtype)).values()))
+    t = tables(classes, dtype).converted(convert)
     q = q_matrix(r, t, where)
     p = convert(np.full((r.shape[0], classes), 1.0 / classes, dtype))
     stopped = convert(np.zeros((r.shape[0], 1), bool))
@@ -149,15 +153,18 @@ def native(classes: int) -> Callable[[np.ndarray], np.ndarray]:
     """COUPLE by the compiled kernel (needs :data:`lazy.native.AVAILABLE`): a function of
     ``r`` (B, n_pairs) returning (B, k) in its dtype."""
     kernel = _kernel()
+    # The kernel's constants in each float dtype, made once (a small array costs ~1 µs a call).
+    constants = {
+        np.dtype(d): np.array([1.0, 2.0, tolerance(classes), 1.0 / classes], d)
+        for d in ("float32", "float64")
+    }
 
     def couple(r: np.ndarray) -> np.ndarray:
         if r.ndim != 2 or r.shape[1] != pair_count(classes):  # the kernel reads what this says
             raise BackendError(f"COUPLE of {classes} classes needs (B, {pair_count(classes)}) rows")
-        dtype = r.dtype.type
         out = np.empty((r.shape[0], classes), r.dtype)
         work = np.empty((2 * classes + 1, classes), r.dtype)  # R, Q and Qp of one row
-        constants = np.array([1.0, 2.0, tolerance(classes), 1.0 / classes], dtype)
-        kernel(np.ascontiguousarray(r), classes, max_sweeps(classes), constants, work, out)
+        kernel(r, classes, max_sweeps(classes), constants[r.dtype], work, out)
         return out
 
     return couple
