@@ -15,8 +15,8 @@ Three forms of one meaning:
   once every row has stopped (the interpreter, the torch backend, the numpy backend without
   numba); the JAX backend runs the same sweep in a ``while_loop``.
 - :func:`native` is the numba kernel the numpy backend runs: row by row, libsvm's loops as
-  written (sums in its order), ~1 µs a row for a few classes where the vectorized sweeps cost
-  tens of numpy calls each.
+  written (sums in its order), ~1.5 µs a call for one row of two classes, where the vectorized
+  sweeps cost tens of numpy calls each.
 
 Vectorized sums over classes may round differently from libsvm's sequential ones; in float32 a
 row whose stopping test lands within rounding of the tolerance may then stop one sweep apart.
