@@ -210,12 +210,13 @@ def _cold_cpu_ms(fn: Predict, rows: Any, flush: Any, sample_s: float) -> float:
 
 def _shape(report: Any) -> dict[str, Any]:
     """The compile report's tree note (one of a step's '; '-separated details) as fields:
-    'trees: <strategy> (<T> trees, depth <D>, <N> nodes, up to <L> leaves per tree, <S> levels
-    in all)', S the sum of the trees' depths."""
+    'trees: <strategy>[ (host: ...)] (<T> trees, depth <D>, <N> nodes, up to <L> leaves per tree,
+    <S> levels in all)', S the sum of the trees' depths."""
     note = next(
         d for step in report.steps for d in step.detail.split("; ") if d.startswith("trees: ")
     )
-    name, rest = note.removeprefix("trees: ").split(" (", 1)
+    head, rest = note.removeprefix("trees: ").rsplit(" (", 1)
+    name = head.split(" ", 1)[0]
     trees, depth, nodes, leaves, levels = rest.rstrip(")").split(", ")
     return {
         "auto": name,
