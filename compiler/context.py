@@ -109,6 +109,11 @@ class Context:
         self._names.add(full)
         return self.builder.param(array, full)
 
+    def may_be_nan(self, x: lz.LazyTensor) -> bool:
+        """Whether ``x`` may hold a NaN, by what the graph and its parameters so far prove
+        (False, e.g., for the output of an imputer or a one-hot encoder)."""
+        return lz.may_be_nan(x.node, self.builder.params)
+
     def const(self, value: Any, dtype: str | None = None) -> lz.LazyTensor:
         return lz.const(np.asarray(value, dtype=dtype or self.dtype))
 

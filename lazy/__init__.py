@@ -38,6 +38,7 @@ from .node import Node
 from .ops import SPECS, Op
 from .program import Builder, GraphStage, HostStage, Program
 from .shapes import B
+from .special_values import Special, may_be_nan, special_values
 from .stats import CacheStats, CompileCause, RunStats
 from .tensor import (
     LazyTensor,
@@ -115,6 +116,7 @@ __all__ = [
     "RowMixingError",
     "RunStats",
     "ShapeError",
+    "Special",
     "argmax",
     "broadcast_to",
     "cast",
@@ -140,6 +142,7 @@ __all__ = [
     "matmul",
     "max",
     "maximum",
+    "may_be_nan",
     "min",
     "minimum",
     "ndtri",
@@ -150,6 +153,7 @@ __all__ = [
     "sigmoid",
     "slice_axis",
     "softmax",
+    "special_values",
     "sqrt",
     "sum",
     "take",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -93,6 +94,11 @@ class Builder:
             raise GraphError(f"parameter {name!r} is already defined")
         self._params[name] = array
         return LazyTensor(Node.make(Op.PARAM, name=name, shape=array.shape, dtype=array.dtype))
+
+    @property
+    def params(self) -> Mapping[str, np.ndarray]:
+        """The parameters defined so far, by name (read-only)."""
+        return MappingProxyType(self._params)
 
     def host(
         self,

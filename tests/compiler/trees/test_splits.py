@@ -7,8 +7,14 @@ left. Every strategy is checked on such trees, on every backend, against a numpy
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
+from sklearn.ensemble import RandomForestClassifier
+from sklearn.impute import SimpleImputer
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 from test_strategies import N_FEATURES, STRATEGIES, ensemble, reference, rows, run
 
 import compiler
@@ -49,9 +55,11 @@ def edge_rows() -> np.ndarray:
     return np.concatenate([x, rest], axis=1)
 
 
-def columns_for(ens: Ensemble, dtype: str = "float32") -> SplitColumns:
+def columns_for(ens: Ensemble, dtype: str = "float32", imputed: bool = False) -> SplitColumns:
     builder = lz.Builder()
     x = builder.input("x", (N_FEATURES,), dtype)
+    if imputed:
+        x = lz.where(lz.isnan(x), builder.param(np.zeros(N_FEATURES, dtype), "fill"), x)
     schema = InputSchema(tuple(Column(f"x{i}") for i in range(N_FEATURES)), named=False)
     ctx = Context(builder, compiler.CompileOptions(dtype=dtype), schema)
     return split_columns(ens, x, ctx)
@@ -79,6 +87,41 @@ def test_the_isnan_block_only_when_a_nan_right_split_sits_at_infinity() -> None:
     # 1e39 rounds down to the largest float32: finite, so block 1 still tells NaN apart
     huge = Ensemble((infinite_split_tree(2, 1e39, False),), N_FEATURES, True)
     assert columns_for(huge).x.shape[1] == 2 * N_FEATURES
+
+
+def test_features_no_nan_reaches_need_one_block() -> None:
+    cols = columns_for(edge_ensemble(True), imputed=True)
+    assert not cols.nan_blocks and cols.x.shape[1] == N_FEATURES
+    column, threshold = cols.encode(np.array([1, 2]), np.array([0.5, np.inf]), np.array([1, 1]))
+    np.testing.assert_array_equal(column, [1, 2])  # the NaN direction no longer picks a block
+    np.testing.assert_array_equal(threshold, [0.5, np.inf])
+
+
+def imputed_forest() -> tuple[Any, np.ndarray]:
+    """Impute + scale + a forest (whose splits still carry NaN directions: scikit-learn gives
+    every split one), and rows with NaN (scikit-learn refuses infinities, and scaled extremes
+    overflow to them)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((400, N_FEATURES)).astype(np.float32)
+    y = (x[:, 0] + x[:, 1] > 0).astype(int)
+    x[rng.random(x.shape) < 0.2] = np.nan
+    forest = RandomForestClassifier(8, max_depth=7, max_leaf_nodes=24, random_state=0)
+    model = make_pipeline(SimpleImputer(), StandardScaler(), forest).fit(x, y)
+    test = np.concatenate([x[:200], np.full((1, N_FEATURES), np.nan, np.float32)])
+    return model, test
+
+
+@pytest.mark.parametrize("strategy", ["auto", *STRATEGIES])
+def test_a_forest_behind_an_imputer_is_exact(strategy: str) -> None:
+    model, x = imputed_forest()
+    compiled = compiler.compile(
+        model, sample=x[:4], options=compiler.CompileOptions(tree_strategy=strategy)
+    )
+    np.testing.assert_allclose(compiled.predict_proba(x), model.predict_proba(x), atol=1e-6)
+    (graph,) = compiled.traced.program.graphs
+    # The splits read the features as they are: no NaN-aware widened copy (B, 2F) is made.
+    widths = {n.shape[1] for n in graph.order if n.dtype == "float32" and len(n.shape) == 2}
+    assert N_FEATURES in widths and 2 * N_FEATURES not in widths
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
