@@ -87,6 +87,12 @@ HOST_ROWS = 1 << 20
 #: Graphs that would make more numpy calls than this per run (loop bodies count once per trip)
 #: are not even timed on the host: at ~1 µs a call they cannot beat a device call.
 HOST_MAX_CALLS = 256
+#: Once the host takes this many times the device's time on a bucket, larger buckets are not
+#: timed: a device call's fixed cost, the host's edge, only shrinks as buckets grow. Nearer than
+#: that they still are, as a host kernel may change algorithm with the rows (FOREST_SUM scores
+#: batches of 16 rows or more by bit-vectors: XGBoost 100 × depth 6 ran 78 µs walked at 64 rows,
+#: 27 µs by bits, where the device took 82).
+HOST_GIVE_UP = 2.0
 #: Interleaved rounds (each of :data:`HOST_TIMING_CALLS` calls per candidate) that decide a
 #: bucket's placement: the median round wins.
 HOST_TIMING_ROUNDS = 5
@@ -231,9 +237,8 @@ class CompiledGraph:
         self._routes: list[tuple[Executable, Any] | None] = [None] * len(self.buckets)
         #: Buckets warm-up timed on the host too, by bucket size.
         self.placements: dict[int, Placement] = {}
-        # Whether the next bucket warmed is worth timing on the host: the host's edge is the
-        # device call's fixed cost, which only shrinks as buckets grow, so once the device wins
-        # a bucket the larger ones are not timed.
+        # Whether the next bucket warmed is worth timing on the host: not once the device has
+        # won a bucket by HOST_GIVE_UP or more.
         self._host: tuple[Backend, Any] | None = None  # the numpy backend and its parameters
         #: Which buckets' calls run a host plan (numpy: warm-up placed them there, or the graph's
         #: backend is numpy), and their plans of one output each (see :meth:`run_one`).
@@ -316,7 +321,7 @@ class CompiledGraph:
         if placement.runs_on == "host":
             self._routes[index] = (host_exe, host_params)
             self._on_host[index] = True
-        else:
+        elif placement.host_us > HOST_GIVE_UP * placement.device_us:
             self._host_may_win = False
 
     # -- running -----------------------------------------------------------------------------

@@ -27,6 +27,9 @@ import numpy as np
 from . import native as _native
 from .errors import BackendError
 
+#: Rows from which a batch is scored by bit-vectors where the trees allow it (measured below).
+BIT_ROWS = 16
+
 Walk = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], Any]
 
 
@@ -66,12 +69,22 @@ def reference(
 
 
 def native(trees: int, depth: int) -> Walk:
-    """FOREST_SUM of given ``trees`` and ``depth`` by the compiled kernel: a function of the six
-    operands returning (B, K) in ``value``'s dtype. Needs :data:`lazy.native.AVAILABLE`."""
+    """FOREST_SUM of given ``trees`` and ``depth`` by the compiled kernels: a function of the six
+    operands returning (B, K) in ``value``'s dtype. Needs :data:`lazy.native.AVAILABLE`.
+
+    Batches of at least :data:`BIT_ROWS` rows through trees of up to 64 leaves go through the
+    bit-vector kernel (:mod:`lazy.forest_bits`, the same sums); the rest are walked."""
+    from . import forest_bits
+
     kernel = _kernel()
+    bits = forest_bits.Cached(trees, depth)
 
     def walk(*operands: np.ndarray) -> np.ndarray:
         x, feature, _, _, left, value = operands
+        if x.shape[0] >= BIT_ROWS:
+            tables = bits.tables(operands)
+            if tables is not None:
+                return forest_bits.evaluate(x, tables)
         out = np.zeros((x.shape[0], value.shape[1]), value.dtype)
         bad = kernel(*operands, trees, depth, out)
         if bad:

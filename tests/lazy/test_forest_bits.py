@@ -1,0 +1,165 @@
+"""FOREST_SUM by bit-vectors (``lazy.forest_bits``): the same sums as the walk, bit for bit, on
+every edge the walk has — NaN directions, infinite and NaN thresholds, the depth cut, one and
+two mask words — and the walk wherever the tables do not qualify."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lazy as lz
+from lazy import forest, forest_bits
+from tests.lazy.forest_tables import forest_tables
+
+THRESHOLDS = np.array([-np.inf, -1.0, 0.0, 0.5, 1.0, np.inf, np.nan])
+VALUES = np.array([-np.inf, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, np.inf, np.nan])
+
+
+def perfect_tables(
+    rng: np.random.Generator, trees: int, depth: int, k: int, dtype: str, extra: int = 0
+) -> tuple[np.ndarray, ...]:
+    """Level-major tables of ``trees`` perfect trees of ``depth`` (2**depth leaves each), the
+    first tree with ``extra`` more leaves (its first leaves split once more)."""
+    left: list[int] = []
+    level, count = list(range(trees)), trees
+    for d in range(depth + 2):
+        following = []
+        for i, node in enumerate(level):
+            if d < depth or (d == depth and i < extra):
+                left.append(count)
+                following += [count, count + 1]
+                count += 2
+            else:
+                left.append(node)
+        level = following
+    n = len(left)
+    return (
+        rng.integers(0, 5, n),
+        rng.choice(THRESHOLDS, n).astype(dtype),
+        rng.random(n) < 0.5,
+        np.asarray(left),
+        rng.integers(-50, 50, (n, k)).astype(dtype),  # exact sums: equal means same leaves
+    )
+
+
+def rows(rng: np.random.Generator, n: int, dtype: str) -> np.ndarray:
+    return rng.choice(VALUES, (n, 5)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(("depth", "extra", "words"), [(3, 0, 1), (5, 0, 1), (5, 1, 2), (6, 0, 2)])
+def test_every_edge_sums_as_the_walk(dtype: str, depth: int, extra: int, words: int) -> None:
+    rng = np.random.default_rng(depth + extra)
+    tables = perfect_tables(rng, 6, depth, 3, dtype, extra)
+    bits = forest_bits.build(5, *tables, trees=6, depth=depth + 1)
+    assert bits is not None and bits.words == words
+    x = rows(rng, forest_bits.BLOCK_ROWS + 37, dtype)  # a full block and a partial one
+    want = forest.reference(x, *tables, trees=6, depth=depth + 1)
+    got = forest_bits.evaluate(x, bits)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("cut", [1, 2, 4])
+def test_a_node_at_the_depth_cut_counts_as_a_leaf(cut: int) -> None:
+    rng = np.random.default_rng(cut)
+    tables = perfect_tables(rng, 4, 5, 2, "float32")
+    x = rows(rng, 300, "float32")
+    bits = forest_bits.build(5, *tables, trees=4, depth=cut)
+    assert bits is not None and bits.words == 1
+    np.testing.assert_array_equal(
+        forest_bits.evaluate(x, bits), forest.reference(x, *tables, trees=4, depth=cut)
+    )
+
+
+def test_random_forests_sum_as_the_walk() -> None:
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        feature, threshold, nan_right, left, _ = forest_tables(rng, 9, 6, 5, 1)
+        value = rng.integers(-50, 50, (len(left), 2)).astype(np.float32)
+        tables = (feature, threshold.astype(np.float32), nan_right, left, value)
+        x = rows(rng, 500, "float32")
+        want = forest.reference(x, *tables, trees=9, depth=6)
+        bits = forest_bits.build(5, *tables, trees=9, depth=6)
+        assert bits is not None
+        np.testing.assert_array_equal(forest_bits.evaluate(x, bits), want)
+
+
+def test_trees_of_more_than_64_leaves_keep_the_walk(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(0)
+    tables = perfect_tables(rng, 3, 6, 1, "float32", extra=1)  # 65 leaves in the first tree
+    assert forest_bits.build(5, *tables, trees=3, depth=7) is None
+    x = rows(rng, 100, "float32")
+    np.testing.assert_array_equal(
+        forest.native(3, 7)(x, *tables), forest.reference(x, *tables, trees=3, depth=7)
+    )
+
+
+def test_native_scores_batches_by_bits_and_single_rows_by_walking(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rng = np.random.default_rng(1)
+    tables = perfect_tables(rng, 5, 4, 1, "float32")
+    calls: list[int] = []
+    evaluate = forest_bits.evaluate
+
+    def counting(x: np.ndarray, bits: forest_bits.BitTables) -> np.ndarray:
+        calls.append(len(x))
+        return evaluate(x, bits)
+
+    monkeypatch.setattr(forest_bits, "evaluate", counting)
+    walk = forest.native(5, 4)
+    for n in (1, forest.BIT_ROWS - 1, forest.BIT_ROWS, 200):
+        x = rows(rng, n, "float32")
+        np.testing.assert_array_equal(
+            walk(x, *tables), forest.reference(x, *tables, trees=5, depth=4)
+        )
+    assert calls == [forest.BIT_ROWS, 200]
+
+
+def test_tables_are_built_once_per_set_of_arrays() -> None:
+    rng = np.random.default_rng(2)
+    tables = perfect_tables(rng, 4, 3, 1, "float32")
+    cached = forest_bits.Cached(4, 3)
+    x = rows(rng, 20, "float32")
+    first = cached.tables((x, *tables))
+    assert first is not None and cached.tables((x, *tables)) is first
+    other = (tables[0], tables[1] + 1, *tables[2:])  # new thresholds: new tables
+    rebuilt = cached.tables((x, *other))
+    assert rebuilt is not first
+    np.testing.assert_array_equal(
+        forest_bits.evaluate(x, rebuilt), forest.reference(x, *other, trees=4, depth=3)
+    )
+
+
+def test_strided_rows() -> None:
+    rng = np.random.default_rng(3)
+    tables = perfect_tables(rng, 4, 4, 2, "float32")
+    x = rows(rng, 400, "float32")
+    wide = np.zeros((400, 10), np.float32)
+    wide[:, ::2] = x
+    view = wide[:, ::2]  # a non-contiguous view
+    bits = forest_bits.build(5, *tables, trees=4, depth=4)
+    np.testing.assert_array_equal(
+        forest_bits.evaluate(view, bits), forest.reference(x, *tables, trees=4, depth=4)
+    )
+
+
+@pytest.mark.parametrize("what", ["feature", "child", "negative child"])
+def test_corrupt_tables_do_not_qualify_and_the_walk_raises(what: str) -> None:
+    rng = np.random.default_rng(4)
+    feature, threshold, nan_right, left, value = perfect_tables(rng, 3, 3, 1, "float32")
+    if what == "feature":
+        feature = feature.copy()
+        feature[0] = 5  # one past the last column
+    elif what == "child":
+        left = left.copy()
+        left[0] = len(left) - 1  # its right child would be node N
+    else:
+        left = left.copy()
+        left[0] = -3
+    tables = (feature, threshold, nan_right, left, value)
+    assert forest_bits.build(5, *tables, trees=3, depth=3) is None
+    x = np.full((100, 5), 5.0, np.float32)
+    with pytest.raises(lz.BackendError, match="outside"):
+        forest.native(3, 3)(x, *tables)
