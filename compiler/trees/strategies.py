@@ -428,7 +428,7 @@ def leaf_sum(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTenso
         and not ensemble.has_categorical
     )
     ctx.note(
-        f"trees: {name}{' (host: native walk)' if host else ''} ({len(ensemble.trees)} trees, "
+        f"trees: {name}{' (host: native kernels)' if host else ''} ({len(ensemble.trees)} trees, "
         f"depth {ensemble.max_depth}, {ensemble.n_nodes} nodes, up to {ensemble.max_leaves} "
         f"leaves per tree, {levels(ensemble)} levels in all)"
     )

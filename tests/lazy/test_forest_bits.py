@@ -85,13 +85,43 @@ def test_random_forests_sum_as_the_walk() -> None:
         np.testing.assert_array_equal(forest_bits.evaluate(x, bits), want)
 
 
-def test_trees_of_more_than_64_leaves_keep_the_walk(monkeypatch: pytest.MonkeyPatch) -> None:
-    rng = np.random.default_rng(0)
-    tables = perfect_tables(rng, 3, 6, 1, "float32", extra=1)  # 65 leaves in the first tree
-    assert forest_bits.build(5, *tables, trees=3, depth=7) is None
-    x = rows(rng, 100, "float32")
+@pytest.mark.parametrize(("depth", "extra"), [(6, 1), (9, 0), (12, 5)])
+def test_larger_trees_walk_below_a_bit_vector_top(depth: int, extra: int) -> None:
+    rng = np.random.default_rng(depth)
+    tables = perfect_tables(rng, 3, depth, 2, "float32", extra=extra)  # over 64 leaves
+    bits = forest_bits.build(5, *tables, trees=3, depth=depth + 1)
+    assert bits is not None and bits.words == 1 and bits.deep.all()
+    x = rows(rng, forest_bits.BLOCK_ROWS + 11, "float32")
+    want = forest.reference(x, *tables, trees=3, depth=depth + 1)
+    np.testing.assert_array_equal(forest_bits.evaluate(x, bits), want)
+    for cut in (3, 7):  # the depth cut above or below the top's
+        bits = forest_bits.build(5, *tables, trees=3, depth=cut)
+        want = forest.reference(x, *tables, trees=3, depth=cut)
+        np.testing.assert_array_equal(forest_bits.evaluate(x, bits), want)
+
+
+def test_tables_that_share_subtrees_keep_the_walk() -> None:
+    # Both nodes of every pair lead to the next pair: a walk of depth d has 2**d paths, which
+    # derived tables would have to spell out. The walk runs them as they are.
+    pairs = 12
+    left = np.arange(2 * pairs + 1)  # the last pair: leaves
+    left[0] = 1
+    for p in range(pairs - 1):
+        left[2 * p + 1] = left[2 * p + 2] = 2 * p + 3
+    rng = np.random.default_rng(5)
+    n = len(left)
+    tables = (
+        rng.integers(0, 5, n),
+        rng.choice(THRESHOLDS, n).astype(np.float32),
+        rng.random(n) < 0.5,
+        left,
+        rng.integers(-50, 50, (n, 1)).astype(np.float32),
+    )
+    assert forest_bits.build(5, *tables, trees=1, depth=pairs + 1) is None
+    x = rows(rng, 64, "float32")
     np.testing.assert_array_equal(
-        forest.native(3, 7)(x, *tables), forest.reference(x, *tables, trees=3, depth=7)
+        forest.native(1, pairs + 1)(x, *tables),
+        forest.reference(x, *tables, trees=1, depth=pairs + 1),
     )
 
 
@@ -103,7 +133,7 @@ def test_native_scores_batches_by_bits_and_single_rows_by_walking(
     calls: list[int] = []
     evaluate = forest_bits.evaluate
 
-    def counting(x: np.ndarray, bits: forest_bits.BitTables) -> np.ndarray:
+    def counting(x: np.ndarray, bits: forest_bits.BatchTables) -> np.ndarray:
         calls.append(len(x))
         return evaluate(x, bits)
 
