@@ -104,9 +104,10 @@ def native(trees: int, depth: int) -> Walk:
 def _kernel() -> Callable[..., int]:
     def walk(x, feature, threshold, nan_right, left, value, trees, depth, out):  # type: ignore[no-untyped-def]
         n_features, n_nodes, width = x.shape[1], left.shape[0], value.shape[1]
+        # Indices are unsigned once checked: numba then skips its negative-index fix-up per load.
         for b in range(x.shape[0]):
             for t in range(trees):
-                node = t
+                node = np.uint64(t)
                 for _ in range(depth):
                     following = left[node]
                     if following == node:
@@ -116,10 +117,10 @@ def _kernel() -> Callable[..., int]:
                         return 1
                     if following >= n_nodes - 1:
                         return 1
-                    v = x[b, column]
+                    v = x[b, np.uint64(column)]
                     if v > threshold[node] or (v != v and nan_right[node]):
                         following += 1
-                    node = following
+                    node = np.uint64(following)
                 for j in range(width):
                     out[b, j] += value[node, j]
         return 0
