@@ -79,12 +79,11 @@ def native(trees: int, depth: int) -> Walk:
     from . import forest_bits
 
     kernel = _kernel()
-    bits = forest_bits.Cached(trees, depth)
 
     def walk(*operands: np.ndarray) -> np.ndarray:
         x, feature, _, _, left, value = operands
         if x.shape[0] >= BIT_ROWS:
-            tables = bits.tables(operands)
+            tables = forest_bits.CACHE.tables(operands, trees, depth)
             if tables is not None:
                 return forest_bits.evaluate(x, tables)
         out = np.zeros((x.shape[0], value.shape[1]), value.dtype)

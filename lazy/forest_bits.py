@@ -33,7 +33,10 @@ tree-major by XLA 45 ms, scikit-learn 79 ms).
 from __future__ import annotations
 
 import functools
+import hashlib
+import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -172,7 +175,7 @@ def build(
         tops = [_top(t, left, cut, WORD_BITS) for t in range(trees)]
     else:
         cut = depth
-    walks = [top for top in tops if top is not None]
+    walks = [top for top in tops if top is not None]  # all of them: a cut top has <= 32 leaves
     words = max(1, -(-max(len(leaves) for leaves, _ in walks) // WORD_BITS))
     slots = words * WORD_BITS
     sources: dict[tuple[int, int], int] = {}
@@ -206,11 +209,9 @@ def build(
                 cut_at.append(th)
                 mask.append(m)
             starts.append(len(column))
-    inner = new_left != np.arange(len(source))
-    node_column = np.zeros(len(source), np.int64)
-    node_threshold = np.full(len(source), np.inf)
-    for i in np.flatnonzero(inner):
-        node_column[i], node_threshold[i] = compare(int(source[i]))
+    node_column, node_threshold = _walk_compares(
+        source, new_left, feature, threshold, nan_right, sources
+    )
     values = np.ascontiguousarray(value[source].T)
     return BatchTables(
         sources=np.array(list(sources), np.int64).reshape(-1, 2),
@@ -227,6 +228,34 @@ def build(
         left=new_left.astype(np.uint32),
         value=values,
     )
+
+
+def _walk_compares(
+    source: np.ndarray,
+    new_left: np.ndarray,
+    feature: np.ndarray,
+    threshold: np.ndarray,
+    nan_right: np.ndarray,
+    sources: dict[tuple[int, int], int],
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_compare` of every split of the renumbered tables, vectorized (a deep forest has
+    10^5-10^6 nodes), adding the block columns it needs to ``sources``; leaves compare column 0
+    with +inf (nothing goes right of them)."""
+    inner = new_left != np.arange(len(source))
+    f = np.asarray(feature)[source]
+    t = np.asarray(threshold, np.float64)[source]
+    right = np.asarray(nan_right, bool)[source]
+    copy = np.where(~right, RAW, np.where(t < np.inf, NAN_AS_INF, ISNAN))
+    cut = np.where(copy == ISNAN, 0.5, t)
+    codes = f * 3 + copy
+    for code in np.unique(codes[inner]).tolist():
+        sources.setdefault((code // 3, code % 3), len(sources))
+    known = np.array(sorted((f * 3 + c, i) for (f, c), i in sources.items()), np.int64)
+    column = np.zeros(len(source), np.int64)
+    if inner.any():
+        known = known.reshape(-1, 2)
+        column[inner] = known[np.searchsorted(known[:, 0], codes[inner]), 1]
+    return column, np.where(inner, cut, np.inf)
 
 
 def _compare(feature: int, threshold: float, nan_right: bool) -> tuple[tuple[int, int], float]:
@@ -264,33 +293,66 @@ def evaluate(x: np.ndarray, tables: BatchTables) -> np.ndarray:
 
 
 class Cached:
-    """The batch tables of the node tables last given, rebuilt when other tables arrive (a plan
-    runs with the same parameter arrays every call; a strong reference would keep them alive)."""
+    """Batch tables of the forests in use, built once per forest: every bucket's plan runs its
+    own kernel, and compiling a plan runs it on copies of the parameters. Found by the arrays'
+    identity (a dict look-up per call), else by their content (one hash per new set of arrays);
+    identities are held as weak references, and the least recently used forests go first."""
 
-    def __init__(self, trees: int, depth: int) -> None:
-        self._trees, self._depth = trees, depth
-        self._entry: tuple[tuple[weakref.ref[np.ndarray], ...], BatchTables | None] | None = None
+    #: Forests whose tables are kept.
+    SIZE = 32
 
-    def tables(self, operands: Sequence[np.ndarray]) -> BatchTables | None:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_identity: OrderedDict[tuple[int, ...], _Entry] = OrderedDict()
+        self._by_content: OrderedDict[bytes, BatchTables | None] = OrderedDict()
+
+    def tables(self, operands: Sequence[np.ndarray], trees: int, depth: int) -> BatchTables | None:
+        """The batch tables of FOREST_SUM's operands (None: the walk should run them)."""
         x, *node_tables = operands
-        entry = self._entry  # one read: another thread may replace it meanwhile
-        if entry is not None and all(
-            ref() is array for ref, array in zip(entry[0], node_tables, strict=True)
-        ):
-            return entry[1]
-        feature, threshold, nan_right, left, value = node_tables
-        built = build(
-            x.shape[1],
-            feature,
-            threshold,
-            nan_right,
-            left,
-            value,
-            trees=self._trees,
-            depth=self._depth,
-        )
-        self._entry = (tuple(weakref.ref(a) for a in node_tables), built)
+        key = (trees, depth, *map(id, node_tables))
+        with self._lock:
+            entry = self._by_identity.get(key)
+            if entry is not None and entry.holds(node_tables):
+                self._by_identity.move_to_end(key)
+                return entry.tables
+        digest = _digest(node_tables, trees, depth)
+        with self._lock:
+            known = digest in self._by_content
+            built = self._by_content.get(digest)
+        if not known:
+            feature, threshold, nan_right, left, value = node_tables
+            built = build(
+                x.shape[1], feature, threshold, nan_right, left, value, trees=trees, depth=depth
+            )
+        with self._lock:
+            self._by_content[digest] = built
+            self._by_content.move_to_end(digest)
+            self._by_identity[key] = _Entry(tuple(weakref.ref(a) for a in node_tables), built)
+            for table in (self._by_identity, self._by_content):
+                while len(table) > self.SIZE:
+                    table.popitem(last=False)
         return built
+
+
+@dataclass(frozen=True)
+class _Entry:
+    refs: tuple[weakref.ref[np.ndarray], ...]
+    tables: BatchTables | None
+
+    def holds(self, arrays: Sequence[np.ndarray]) -> bool:
+        return all(ref() is a for ref, a in zip(self.refs, arrays, strict=True))
+
+
+def _digest(arrays: Sequence[np.ndarray], trees: int, depth: int) -> bytes:
+    h = hashlib.blake2b(f"{trees}/{depth}".encode(), digest_size=16)
+    for a in arrays:
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(np.ascontiguousarray(a).data)
+    return h.digest()
+
+
+#: The process's batch tables.
+CACHE = Cached()
 
 
 @functools.cache

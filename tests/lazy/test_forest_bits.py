@@ -147,15 +147,18 @@ def test_native_scores_batches_by_bits_and_single_rows_by_walking(
     assert calls == [forest.BIT_ROWS, 200]
 
 
-def test_tables_are_built_once_per_set_of_arrays() -> None:
+def test_tables_are_built_once_per_forest() -> None:
     rng = np.random.default_rng(2)
     tables = perfect_tables(rng, 4, 3, 1, "float32")
-    cached = forest_bits.Cached(4, 3)
+    cached = forest_bits.Cached()
     x = rows(rng, 20, "float32")
-    first = cached.tables((x, *tables))
-    assert first is not None and cached.tables((x, *tables)) is first
+    first = cached.tables((x, *tables), 4, 3)
+    assert first is not None and cached.tables((x, *tables), 4, 3) is first
+    copies = tuple(t.copy() for t in tables)  # what compiling a plan runs it on: same content
+    assert cached.tables((x, *copies), 4, 3) is first
+    assert cached.tables((x, *tables), 4, 2) is not first  # another depth: other tables
     other = (tables[0], tables[1] + 1, *tables[2:])  # new thresholds: new tables
-    rebuilt = cached.tables((x, *other))
+    rebuilt = cached.tables((x, *other), 4, 3)
     assert rebuilt is not first
     np.testing.assert_array_equal(
         forest_bits.evaluate(x, rebuilt), forest.reference(x, *other, trees=4, depth=3)
