@@ -36,7 +36,7 @@ import functools
 import hashlib
 import threading
 import weakref
-from collections import OrderedDict
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -295,43 +295,58 @@ def evaluate(x: np.ndarray, tables: BatchTables) -> np.ndarray:
 class Cached:
     """Batch tables of the forests in use, built once per forest: every bucket's plan runs its
     own kernel, and compiling a plan runs it on copies of the parameters. Found by the arrays'
-    identity (a dict look-up per call), else by their content (one hash per new set of arrays);
-    identities are held as weak references, and the least recently used forests go first."""
+    identity (a dict look-up per call), else by their content (one hash per new set of arrays).
+    An identity entry goes when its arrays do, and tables go with the last entry holding them,
+    except the :data:`RECENT` last built: a plan's compile-time copies die before the plan's
+    first call with the real parameters, which would otherwise build the same tables again."""
 
-    #: Forests whose tables are kept.
-    SIZE = 32
+    #: Tables kept alive after their last holder, most recently built first.
+    RECENT = 2
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_identity: OrderedDict[tuple[int, ...], _Entry] = OrderedDict()
-        self._by_content: OrderedDict[bytes, BatchTables | None] = OrderedDict()
+        self._recent: deque[BatchTables] = deque(maxlen=self.RECENT)
+        self._by_identity: dict[tuple[int, ...], _Entry] = {}
+        self._by_content: weakref.WeakValueDictionary[bytes, BatchTables] = (
+            weakref.WeakValueDictionary()
+        )
+        self._refused: set[bytes] = set()  # forests the walk runs as they are
 
     def tables(self, operands: Sequence[np.ndarray], trees: int, depth: int) -> BatchTables | None:
         """The batch tables of FOREST_SUM's operands (None: the walk should run them)."""
         x, *node_tables = operands
         key = (trees, depth, *map(id, node_tables))
-        with self._lock:
-            entry = self._by_identity.get(key)
-            if entry is not None and entry.holds(node_tables):
-                self._by_identity.move_to_end(key)
-                return entry.tables
+        entry = self._by_identity.get(key)  # a dict read: atomic
+        if entry is not None and entry.holds(node_tables):
+            return entry.tables
         digest = _digest(node_tables, trees, depth)
         with self._lock:
-            known = digest in self._by_content
             built = self._by_content.get(digest)
-        if not known:
+            refused = digest in self._refused
+        if built is None and not refused:
             feature, threshold, nan_right, left, value = node_tables
             built = build(
                 x.shape[1], feature, threshold, nan_right, left, value, trees=trees, depth=depth
             )
         with self._lock:
-            self._by_content[digest] = built
-            self._by_content.move_to_end(digest)
+            if built is None:
+                self._refused.add(digest)
+            else:
+                built = self._by_content.setdefault(digest, built)
+                self._recent.append(built)
             self._by_identity[key] = _Entry(tuple(weakref.ref(a) for a in node_tables), built)
-            for table in (self._by_identity, self._by_content):
-                while len(table) > self.SIZE:
-                    table.popitem(last=False)
+        # When the node tables' left-child array goes, so does the entry (and its tables, unless
+        # another entry holds them).
+        weakref.finalize(node_tables[3], self._forget, key)
         return built
+
+    def _forget(self, key: tuple[int, ...]) -> None:
+        with self._lock:
+            self._by_identity.pop(key, None)
+
+    def __len__(self) -> int:
+        """Identity entries held (for tests)."""
+        return len(self._by_identity)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,9 @@ two mask words — and the walk wherever the tables do not qualify."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 
@@ -163,6 +166,24 @@ def test_tables_are_built_once_per_forest() -> None:
     np.testing.assert_array_equal(
         forest_bits.evaluate(x, rebuilt), forest.reference(x, *other, trees=4, depth=3)
     )
+
+
+def test_tables_go_with_the_forest() -> None:
+    rng = np.random.default_rng(6)
+    cached = forest_bits.Cached()
+    tables = perfect_tables(rng, 4, 7, 1, "float32")
+    x = rows(rng, 20, "float32")
+    built = weakref.ref(cached.tables((x, *tables), 4, 8))
+    cached.tables((x, *(t.copy() for t in tables)), 4, 8)  # a dry run's copies: gone at once
+    assert len(cached) == 1 and built() is not None
+    del tables
+    gc.collect()
+    assert len(cached) == 0
+    for _ in range(cached.RECENT):  # other forests push it out of the recently built
+        other = perfect_tables(rng, 4, 7, 1, "float32")
+        cached.tables((x, *other), 4, 8)
+    gc.collect()
+    assert built() is None
 
 
 def test_strided_rows() -> None:
