@@ -12,7 +12,7 @@ import pytest
 
 import lazy as lz
 from lazy import forest, forest_bits
-from tests.lazy.forest_tables import forest_tables
+from tests.lazy.forest_tables import forest_tables, level_major
 
 THRESHOLDS = np.array([-np.inf, -1.0, 0.0, 0.5, 1.0, np.inf, np.nan])
 VALUES = np.array([-np.inf, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, np.inf, np.nan])
@@ -23,24 +23,13 @@ def perfect_tables(
 ) -> tuple[np.ndarray, ...]:
     """Level-major tables of ``trees`` perfect trees of ``depth`` (2**depth leaves each), the
     first tree with ``extra`` more leaves (its first leaves split once more)."""
-    left: list[int] = []
-    level, count = list(range(trees)), trees
-    for d in range(depth + 2):
-        following = []
-        for i, node in enumerate(level):
-            if d < depth or (d == depth and i < extra):
-                left.append(count)
-                following += [count, count + 1]
-                count += 2
-            else:
-                left.append(node)
-        level = following
+    left = level_major(trees, depth + 2, lambda d, i: d < depth or (d == depth and i < extra))
     n = len(left)
     return (
         rng.integers(0, 5, n),
         rng.choice(THRESHOLDS, n).astype(dtype),
         rng.random(n) < 0.5,
-        np.asarray(left),
+        left,
         rng.integers(-50, 50, (n, k)).astype(dtype),  # exact sums: equal means same leaves
     )
 
