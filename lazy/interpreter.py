@@ -18,7 +18,7 @@ from . import dtypes as dt
 from .errors import InputError
 from .graph import Graph
 from .node import Node
-from .ops import Op
+from .ops import VARIANT_OPERANDS, Op
 from .program import HostStage, Program
 from .shapes import concrete
 
@@ -182,7 +182,7 @@ RULES: dict[Op, Rule] = {
     Op.BROADCAST: lambda n, a, ctx: np.broadcast_to(a[0], concrete(n.shape, ctx.batch)),
     Op.TRANSPOSE: lambda n, a, ctx: np.transpose(a[0], n.attr("perm")),
     Op.LOOP: _loop,
-    Op.VARIANT: lambda n, a, ctx: a[0],  # the reference is the device formulation
+    Op.VARIANT: lambda n, a, ctx: a[VARIANT_OPERANDS["device"]],  # the reference: the device one
 }
 
 

@@ -89,8 +89,12 @@ class Op(enum.Enum):
     TRANSPOSE = "transpose"
     # control flow
     LOOP = "loop"
-    # Two formulations of one value: operand 0 for devices, operand 1 for the host (numpy).
+    # Two formulations of one value, for devices and for the host (see VARIANT_OPERANDS).
     VARIANT = "variant"
+
+
+#: The VARIANT operand each target runs (see :func:`lazy.variant`): stated once, here.
+VARIANT_OPERANDS = {"device": 0, "host": 1}
 
 
 class TensorType(NamedTuple):

@@ -28,7 +28,7 @@ from ..dtypes import DTypePolicy
 from ..errors import BackendError
 from ..graph import Graph
 from ..node import Node
-from ..ops import Op
+from ..ops import VARIANT_OPERANDS, Op
 from ..shapes import is_batched, static_size
 from .base import Backend, CompileTimes, Lowering, Rule, run_rules
 
@@ -320,7 +320,7 @@ RULES: dict[Op, Rule] = {
     Op.TRANSPOSE: lambda n, a, low: jnp.transpose(a[0], n.attr("perm")),
     Op.LOOP: _loop,
     # The executor specializes graphs first; unspecialized, the host side is traced and dropped.
-    Op.VARIANT: lambda n, a, low: a[0],
+    Op.VARIANT: lambda n, a, low: a[VARIANT_OPERANDS["device"]],
 }
 
 

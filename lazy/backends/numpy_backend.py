@@ -43,7 +43,7 @@ from ..errors import BackendError
 from ..graph import Graph
 from ..interpreter import logsumexp, softmax, update_at
 from ..node import Node
-from ..ops import Op
+from ..ops import VARIANT_OPERANDS, Op
 from .base import Backend, CompileTimes, Lowering
 
 #: Bumped whenever this module lowers the same graph to different code.
@@ -258,7 +258,7 @@ RULES: dict[Op, Binder] = {
     Op.TRANSPOSE: _transpose,
     Op.LOOP: _loop,
     # The host's formulation. The executor specializes graphs first, so the other is never run.
-    Op.VARIANT: _fixed(lambda device, host: host),
+    Op.VARIANT: _fixed(lambda *formulations: formulations[VARIANT_OPERANDS["host"]]),
 }
 
 

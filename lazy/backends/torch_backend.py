@@ -17,7 +17,7 @@ from .. import coupling
 from ..dtypes import DTypePolicy
 from ..graph import Graph
 from ..node import Node
-from ..ops import ELEMENTWISE_KINDS, SPECS, Op
+from ..ops import ELEMENTWISE_KINDS, SPECS, VARIANT_OPERANDS, Op
 from .base import Backend, CompileTimes, Lowering, Rule
 from .torch_plan import LoopStep, Plan, RuleSet
 
@@ -294,7 +294,8 @@ RULES: dict[Op, Rule] = {
     Op.BROADCAST: lambda n, a, low: a[0].broadcast_to(low.shape(n)),
     Op.TRANSPOSE: lambda n, a, low: a[0].permute(n.attr("perm")),
     Op.LOOP: _loop,
-    Op.VARIANT: lambda n, a, low: a[0],  # the executor specializes graphs before lowering
+    # The executor specializes graphs before lowering; a graph given as is runs the device one.
+    Op.VARIANT: lambda n, a, low: a[VARIANT_OPERANDS["device"]],
 }
 
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from ..errors import GraphError
 from ..graph import Graph
 from ..node import Node
-from ..ops import ConstValue, Op
+from ..ops import VARIANT_OPERANDS, ConstValue, Op
 from .rewrite import Pattern, RewriteContext, Rule, rewrite
 from .rules import AFFINE_MATMUL, CAST_CHAIN, DEFAULT_RULES, FOLD_CONSTANTS, IDENTITY_CAST
 
@@ -27,10 +27,6 @@ def prune(graph: Graph, keep: Sequence[str]) -> Graph:
 
 def optimize(graph: Graph, rules: Sequence[Rule] = DEFAULT_RULES) -> Graph:
     return rewrite(graph, rules)[0]
-
-
-#: The VARIANT operand each target keeps (see :func:`lazy.variant`).
-VARIANT_OPERANDS = {"device": 0, "host": 1}
 
 
 def specialize(graph: Graph, target: str) -> Graph:
