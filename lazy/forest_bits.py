@@ -76,7 +76,9 @@ class BatchTables:
     ``mask[e]`` into word ``w``. The lowest set bit is the tree's slot ``j``: global slot
     ``t * words * 32 + j``, node ``slot_node`` of the walk's tables, whose leaves (``left`` is
     the node itself, ``node_threshold`` +inf) hold ``value[:, node]``. A tree with nothing
-    below its top (``deep[t]`` 0) adds ``slot_value[:, slot]`` directly."""
+    below its top (``deep[t]`` 0) adds ``slot_value[:, slot]`` directly. Tree ``t`` adds to the
+    outputs ``outputs[output_starts[t]:output_starts[t + 1]]`` only, those some leaf of it is
+    non-zero in (boosting: one class per tree; adding +-0 changes no sum that starts at +0)."""
 
     sources: np.ndarray  # (C, 2) int64
     column: np.ndarray  # (E,) int64
@@ -87,6 +89,8 @@ class BatchTables:
     slot_node: np.ndarray  # (T * words * 32,) uint32
     slot_value: np.ndarray  # (K, T * words * 32) the values' dtype
     deep: np.ndarray  # (T,) uint8
+    output_starts: np.ndarray  # (T + 1,) int64
+    outputs: np.ndarray  # (output_starts[-1],) int64
     node_column: np.ndarray  # (N,) uint32, a block column
     node_threshold: np.ndarray  # (N,) the features' dtype
     left: np.ndarray  # (N,) uint32
@@ -213,6 +217,12 @@ def build(
         source, new_left, feature, threshold, nan_right, sources
     )
     values = np.ascontiguousarray(value[source].T)
+    # Per tree, the outputs some node of it holds a non-zero value in (its nodes are a range).
+    firsts = [new_id[(t, t, 0)] for t in range(trees)] + [len(source)]
+    outputs = [
+        np.flatnonzero(np.any(values[:, firsts[t] : firsts[t + 1]] != 0, axis=1))
+        for t in range(trees)
+    ]
     return BatchTables(
         sources=np.array(list(sources), np.int64).reshape(-1, 2),
         column=np.array(column, np.int64),
@@ -223,6 +233,8 @@ def build(
         slot_node=slot_node.astype(np.uint32),
         slot_value=np.ascontiguousarray(values[:, slot_node]),
         deep=deep,
+        output_starts=np.concatenate([[0], np.cumsum([len(o) for o in outputs])]).astype(np.int64),
+        outputs=np.concatenate([np.zeros(0, np.int64), *outputs]).astype(np.int64),
         node_column=node_column.astype(np.uint32),
         node_threshold=node_threshold.astype(threshold.dtype),
         left=new_left.astype(np.uint32),
@@ -281,6 +293,8 @@ def evaluate(x: np.ndarray, tables: BatchTables) -> np.ndarray:
         tables.slot_node,
         tables.slot_value,
         tables.deep,
+        tables.output_starts,
+        tables.outputs,
         tables.node_column,
         tables.node_threshold,
         tables.left,
@@ -383,6 +397,8 @@ def _kernel() -> Callable[..., None]:
         slot_node,
         slot_value,
         deep,
+        output_starts,
+        outputs,
         node_column,
         node_threshold,
         left,
@@ -463,7 +479,8 @@ def _kernel() -> Callable[..., None]:
                         + (first[r] == 0) * np.uint32(32 * (words - 1))
                     )
                 if deep[t] == 0:  # the slots are the leaves
-                    for k in range(width):
+                    for j in range(output_starts[t], output_starts[t + 1]):
+                        k = outputs[j]
                         values, into = slot_value[k], acc[k]
                         for r in range(m):
                             into[r] += values[slot[r]]
@@ -490,7 +507,8 @@ def _kernel() -> Callable[..., None]:
                         row[kept] = r
                         kept += left[at] != at
                     walking = kept
-                for k in range(width):
+                for j in range(output_starts[t], output_starts[t + 1]):
+                    k = outputs[j]
                     values, into = value[k], acc[k]
                     for r in range(m):
                         into[r] += values[final[r]]

@@ -175,6 +175,29 @@ def test_tables_go_with_the_forest() -> None:
     assert built() is None
 
 
+@pytest.mark.parametrize("depth", [4, 8])  # all top, and a walk below the top
+def test_trees_add_only_to_the_outputs_they_hold(depth: int) -> None:
+    # Boosting's layout: tree t holds class t % 3 only. Skipping the others is exact, -0.0
+    # leaves included (sums start at +0.0); a NaN leaf is held.
+    rng = np.random.default_rng(depth)
+    feature, threshold, nan_right, left, value = perfect_tables(rng, 6, depth, 3, "float32")
+    tree_of = np.full(len(left), -1)
+    tree_of[:6] = np.arange(6)
+    for n in range(len(left)):  # children inherit their parent's tree
+        if left[n] != n:
+            tree_of[left[n]] = tree_of[left[n] + 1] = tree_of[n]
+    value = np.where(np.arange(3) == (tree_of % 3)[:, None], value, np.float32(-0.0))
+    value[np.flatnonzero(tree_of == 4)[-1], 0] = np.nan  # tree 4 holds class 1, and a NaN in 0
+    tables = (feature, threshold, nan_right, left, value)
+    bits = forest_bits.build(5, *tables, trees=6, depth=depth + 1)
+    starts = bits.output_starts.tolist()
+    held = [bits.outputs[starts[t] : starts[t + 1]].tolist() for t in range(6)]
+    assert held == [[0], [1], [2], [0], [0, 1], [2]]
+    x = rows(rng, 300, "float32")
+    want = forest.reference(x, *tables, trees=6, depth=depth + 1)
+    np.testing.assert_array_equal(forest_bits.evaluate(x, bits), want)
+
+
 def test_strided_rows() -> None:
     rng = np.random.default_rng(3)
     tables = perfect_tables(rng, 4, 4, 2, "float32")
