@@ -76,7 +76,7 @@ def native(trees: int, depth: int) -> Walk:
     Batches of at least :data:`BIT_ROWS` rows go through the batch kernel (:mod:`lazy.forest_bits`:
     bit-vectors, then a compacted walk; the same sums), unless the tables do not suit it; the
     rest are walked row by row."""
-    from . import forest_bits
+    from . import forest_bits  # here: it imports this module's check_tables
 
     kernel = _kernel()
 

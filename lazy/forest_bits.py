@@ -99,25 +99,25 @@ class BatchTables:
 
 def _top(
     root: int, left: np.ndarray, cut: int, limit: int
-) -> tuple[list[tuple[int, int]], list[tuple[int, int, int]]] | None:
-    """Leaves (node id and level, left to right) and splits (node, first leaf of its left
-    subtree, first of its right) of the tree at ``root`` cut after ``cut`` levels; None past
-    ``limit`` leaves."""
+) -> tuple[list[tuple[int, int]], list[tuple[int, int, int, int]]] | None:
+    """Leaves (node id and level, left to right) and splits (node id, level, first leaf of its
+    left subtree, first of its right) of the tree at ``root`` cut after ``cut`` levels; None
+    past ``limit`` leaves."""
     leaves: list[tuple[int, int]] = []
-    splits: list[tuple[int, int, int]] = []
+    splits: list[tuple[int, int, int, int]] = []
     stack: list[tuple[int, int, int]] = [(root, 0, -1)]  # (node, level, split to close or -1)
     while stack:
         node, level, close = stack.pop()
         if close >= 0:  # the split's right subtree starts here
-            n, lo, _ = splits[close]
-            splits[close] = (n, lo, len(leaves))
+            n, at, lo, _ = splits[close]
+            splits[close] = (n, at, lo, len(leaves))
             continue
         if left[node] == node or level == cut:
             leaves.append((node, level))
             if len(leaves) > limit:
                 return None
             continue
-        splits.append((node, len(leaves), -1))
+        splits.append((node, level, len(leaves), -1))
         following = int(left[node])
         stack += [(following + 1, level + 1, -1), (-1, 0, len(splits) - 1)]
         stack.append((following, level + 1, -1))
@@ -182,12 +182,10 @@ def build(
     walks = [top for top in tops if top is not None]  # all of them: a cut top has <= 32 leaves
     words = max(1, -(-max(len(leaves) for leaves, _ in walks) // WORD_BITS))
     slots = words * WORD_BITS
-    sources: dict[tuple[int, int], int] = {}
-
-    def compare(node: int) -> tuple[int, float]:
-        c, th = _compare(int(feature[node]), float(threshold[node]), bool(nan_right[node]))
-        return sources.setdefault(c, len(sources)), th
-
+    # Every split's comparison, once, in the renumbered tables; the top's entries read them.
+    sources, node_column, node_threshold = _compares(
+        source, new_left, feature, threshold, nan_right
+    )
     column: list[int] = []
     cut_at: list[float] = []
     mask: list[int] = []
@@ -200,8 +198,9 @@ def build(
         slot_node[t * slots + len(ids) : (t + 1) * slots] = ids[0]  # never reached
         deep[t] = any(new_left[i] != i for i in ids)
         by_word: list[list[tuple[int, float, int]]] = [[] for _ in range(words)]
-        for node, lo, mid in splits:
-            c, th = compare(node)
+        for node, level, lo, mid in splits:
+            i = new_id[(t, node, level)]
+            c, th = int(node_column[i]), float(node_threshold[i])
             for w in range(lo // WORD_BITS, (mid - 1) // WORD_BITS + 1):
                 first, last = max(lo, w * WORD_BITS), min(mid, (w + 1) * WORD_BITS)
                 cleared = ((1 << (last - first)) - 1) << (first - w * WORD_BITS)
@@ -213,9 +212,6 @@ def build(
                 cut_at.append(th)
                 mask.append(m)
             starts.append(len(column))
-    node_column, node_threshold = _walk_compares(
-        source, new_left, feature, threshold, nan_right, sources
-    )
     values = np.ascontiguousarray(value[source].T)
     # Per tree, the outputs some node of it holds a non-zero value in (its nodes are a range).
     firsts = [new_id[(t, t, 0)] for t in range(trees)] + [len(source)]
@@ -224,7 +220,7 @@ def build(
         for t in range(trees)
     ]
     return BatchTables(
-        sources=np.array(list(sources), np.int64).reshape(-1, 2),
+        sources=sources,
         column=np.array(column, np.int64),
         threshold=np.array(cut_at, threshold.dtype),
         mask=np.array(mask, np.uint32),
@@ -242,41 +238,29 @@ def build(
     )
 
 
-def _walk_compares(
+def _compares(
     source: np.ndarray,
     new_left: np.ndarray,
     feature: np.ndarray,
     threshold: np.ndarray,
     nan_right: np.ndarray,
-    sources: dict[tuple[int, int], int],
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_compare` of every split of the renumbered tables, vectorized (a deep forest has
-    10^5-10^6 nodes), adding the block columns it needs to ``sources``; leaves compare column 0
-    with +inf (nothing goes right of them)."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The block columns the splits of the renumbered tables read, as (feature, copy) rows,
+    and per node the column and threshold such that ``column > threshold`` is the walk's "go
+    right": a NaN-left split compares the row as is (NaN > t is false), a NaN-right one NaN as
+    +inf, or, where t is +inf or NaN (nothing but NaN goes right), isnan as 0/1 against 0.5.
+    Leaves compare column 0 with +inf: nothing goes right of them. Vectorized: a deep forest
+    has 10^5-10^6 nodes."""
     inner = new_left != np.arange(len(source))
-    f = np.asarray(feature)[source]
     t = np.asarray(threshold, np.float64)[source]
     right = np.asarray(nan_right, bool)[source]
     copy = np.where(~right, RAW, np.where(t < np.inf, NAN_AS_INF, ISNAN))
-    cut = np.where(copy == ISNAN, 0.5, t)
-    codes = f * 3 + copy
-    for code in np.unique(codes[inner]).tolist():
-        sources.setdefault((code // 3, code % 3), len(sources))
-    known = np.array(sorted((f * 3 + c, i) for (f, c), i in sources.items()), np.int64)
-    column = np.zeros(len(source), np.int64)
-    if inner.any():
-        known = known.reshape(-1, 2)
-        column[inner] = known[np.searchsorted(known[:, 0], codes[inner]), 1]
-    return column, np.where(inner, cut, np.inf)
-
-
-def _compare(feature: int, threshold: float, nan_right: bool) -> tuple[tuple[int, int], float]:
-    """(feature, copy) and threshold such that ``copy > threshold`` is the walk's "go right"."""
-    if not nan_right:
-        return (feature, RAW), threshold  # NaN > t is false: left
-    if threshold < np.inf:  # (NaN thresholds fail this too: only NaN goes right of them)
-        return (feature, NAN_AS_INF), threshold
-    return (feature, ISNAN), 0.5
+    codes = np.asarray(feature, np.int64)[source] * 3 + copy
+    used, column = np.unique(codes[inner], return_inverse=True)
+    node_column = np.zeros(len(source), np.int64)
+    node_column[inner] = column
+    cut = np.where(inner, np.where(copy == ISNAN, 0.5, t), np.inf)
+    return np.stack([used // 3, used % 3], axis=1), node_column, cut
 
 
 def evaluate(x: np.ndarray, tables: BatchTables) -> np.ndarray:
