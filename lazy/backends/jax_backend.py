@@ -377,6 +377,7 @@ def _try_options(items: tuple[tuple[str, OptionValue], ...], device: Any) -> Non
 class JaxBackend(Backend):
     name = "jax"
     rules = RULES
+    dense_calls = True
 
     def __init__(
         self,

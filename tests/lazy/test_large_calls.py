@@ -5,7 +5,16 @@ from __future__ import annotations
 import numpy as np
 
 import lazy as lz
-from lazy.executor import CALL_BYTES, MAX_LARGE_BUCKETS, aligned_start, call_rows_for, row_bytes
+from lazy.executor import (
+    CALL_BYTES,
+    DENSE_CALL_BYTES,
+    DENSE_FLOPS_PER_BYTE,
+    MAX_LARGE_BUCKETS,
+    aligned_start,
+    call_rows_for,
+    matmul_flops,
+    row_bytes,
+)
 
 
 def _x(rows: int, offset_bytes: int = 0, features: int = 6) -> np.ndarray:
@@ -30,6 +39,36 @@ def test_call_rows_follow_the_bytes_a_row_needs(graph) -> None:
     assert call_rows_for(graph, policy, 64) == 64 << MAX_LARGE_BUCKETS  # cheap rows: capped
     assert row_bytes(_wide(), policy) >= 2 * 8192 * 4  # the product and its tanh
     assert call_rows_for(_wide(), policy, 64) == 64  # wide rows: max_batch, as before
+
+
+def _mlp() -> lz.Graph:
+    """50 -> 100 -> 100 -> 1, as scikit-learn's MLPClassifier((100, 100)) scores a binary task."""
+    rng = np.random.default_rng(0)
+    b = lz.Builder()
+    h = b.input("x", (50,))
+    for fan_in, fan_out in ((50, 100), (100, 100)):
+        w = b.param(rng.standard_normal((fan_in, fan_out)).astype(np.float32), f"w{fan_in}")
+        h = lz.maximum(h @ w + b.param(np.zeros(fan_out, np.float32), f"b{fan_in}"), 0.0)
+    return b.graph({"y": lz.sigmoid(h @ b.param(np.ones((100, 1), np.float32), "w_out"))})
+
+
+def test_compute_bound_graphs_take_the_dense_budget() -> None:
+    policy = lz.DTypePolicy.X32
+    mlp = _mlp()
+    assert matmul_flops(mlp) == 2 * (50 * 100 + 100 * 100 + 100 * 1)
+    assert matmul_flops(mlp) >= DENSE_FLOPS_PER_BYTE * row_bytes(mlp, policy)
+    rows = call_rows_for(mlp, policy, 1024, dense_calls=True)
+    assert rows * row_bytes(mlp, policy) <= DENSE_CALL_BYTES < 2 * rows * row_bytes(mlp, policy)
+    assert rows > CALL_BYTES // row_bytes(mlp, policy)  # more than the memory-bound budget
+    assert call_rows_for(mlp, policy, 1024, dense_calls=False) == 1024
+    assert lz.get_backend("jax").dense_calls and not lz.get_backend("torch").dense_calls
+    # A loop's products count once per trip.
+    b = lz.Builder()
+    x, w = b.input("x", (4,)), b.param(np.eye(4, dtype=np.float32), "w")
+    looped = b.graph({"y": lz.fori_loop(3, lambda i, h, w: h @ w, x, w)})
+    assert matmul_flops(looped) == 3 * 2 * 4 * 4
+    # A wide product of 6 features does 1.5 FLOPs per byte it keeps: memory-bound.
+    assert matmul_flops(_wide()) < DENSE_FLOPS_PER_BYTE * row_bytes(_wide(), policy)
 
 
 def test_a_large_call_runs_fewer_chunks_with_the_same_results(graph, cache) -> None:
