@@ -294,7 +294,7 @@ def markdown(results: dict[str, Any], png_name: str | None) -> str:
         f"Cells are medians of {config['rounds']} interleaved rounds of at least "
         f"{config['min_time']:g} s of calls each. The machine is shared with other jobs: treat "
         "a single cell as ±30 % and compare ratios within a row. "
-        f"{KESTREL_NOTE} (max_batch {config['max_batch']}: larger calls run in chunks of up to max_batch rows, or up to 16 384 for graphs with cheap rows). "
+        f"{KESTREL_NOTE} (max_batch {config['max_batch']}: larger calls run in chunks of up to max_batch rows, or more for graphs with cheap or compute-bound rows, up to 16 384). "
         "`!` = output disagrees with scikit-learn (timed anyway), `unsup` = the system cannot "
         "convert the pipeline, `err` = it raised, `skip (>budget)` = one system's rounds in "
         f"one cell would exceed {config['cell_budget']:g} s.",

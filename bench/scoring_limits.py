@@ -67,6 +67,29 @@ def measure(quick: bool = False) -> dict[str, Any]:
     }
 
 
+def products_floor(coefs: Sequence[np.ndarray]) -> dict[str, Callable[[np.ndarray], Any]]:
+    """The bare float32 matrix products of an MLP's layers (``coefs``: scikit-learn's
+    ``coefs_``), one after another, without bias, activation or output function: what any
+    float32 scorer of that MLP must at least compute. numpy's (BLAS) and XLA's, timed as
+    scorers are; the faster is the pipeline's floor at that batch."""
+    import jax
+
+    weights = [np.ascontiguousarray(w, dtype=np.float32) for w in coefs]
+    device = [jax.device_put(w) for w in weights]
+
+    def chain(x: Any, ws: Sequence[Any]) -> Any:
+        for w in ws:
+            x = x @ w
+        return x
+
+    xla = jax.jit(lambda x: chain(x, device))
+
+    def on_xla(x: np.ndarray) -> np.ndarray:
+        return np.asarray(xla(x))
+
+    return {"numpy": lambda x: chain(x, weights), "xla": on_xla}
+
+
 def best_of(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Each figure's best over several :func:`measure` runs (the least disturbed one)."""
     first = runs[0]

@@ -108,3 +108,44 @@ def test_unknown_pipeline_is_named() -> None:
     )
     assert done.returncode == 2
     assert "unknown ['z']" in done.stderr
+
+
+def test_the_mlp_floor_is_timed_with_its_cells(run: tuple[dict[str, Any], Path]) -> None:
+    results, _ = run
+    floors = results["pipelines"]["i"]["floor_ms"]
+    assert set(floors) == {str(b) for b in BATCHES}
+    assert all(set(f) == {"numpy", "xla"} and min(f.values()) > 0 for f in floors.values())
+    assert "floor_ms" not in results["pipelines"]["a"]  # a linear model is bound by its reads
+
+
+def _mlp_results(ort_ms: float, kestrel_ms: float, floor_ms: float) -> dict[str, Any]:
+    """A one-cell-per-system results dict of an MLP at 10k rows, as scoring.run builds it."""
+    cells = [
+        {"pipeline": "i", "batch": 10_000, "system": name, "status": "ok", "ms": ms}
+        for name, ms in (("ort", ort_ms), ("kestrel-jax", kestrel_ms))
+    ]
+    cells[1] |= {"best_other": "ort", "speedup_best_other": ort_ms / kestrel_ms}
+    cells[1] |= {"limit_fraction": 0.5}
+    return {
+        "config": {"threads": 1},
+        "systems": {"ort": {"family": "ort"}, "kestrel-jax": {"family": "kestrel"}},
+        "pipelines": {
+            "i": {"kind": "mlp", "floor_ms": {"10000": {"numpy": floor_ms, "xla": floor_ms + 1}}}
+        },
+        "cells": cells,
+    }
+
+
+@pytest.mark.parametrize(("floor_ms", "below"), [(3.5, True), (2.5, False)])
+def test_a_speedup_target_below_the_floor_says_so(floor_ms: float, below: bool) -> None:
+    sys.path.insert(0, str(BENCH))
+    import scoring
+
+    # 1.5x ORT's 4.5 ms allows 3 ms: below a 3.5 ms floor, above a 2.5 ms one.
+    got = scoring.targets(_mlp_results(ort_ms=4.5, kestrel_ms=4.0, floor_ms=floor_ms))
+    speedup = next(t for t in got if t["target"] == "≥ 1.5× the best other system")
+    assert speedup["result"] == "fail"
+    assert ("allows 3 ms" in speedup["note"]) == below
+    assert (f"numpy {floor_ms:.3g}" in speedup["note"]) == below
+    limit = next(t for t in got if "limit" in t["target"])
+    assert limit["result"] == "pass" and limit["note"] == ""
