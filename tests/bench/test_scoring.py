@@ -7,6 +7,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,12 @@ BENCH = ROOT / "bench"
 PIPELINES = ("a", "i")
 BATCHES = (1, 100)
 SYSTEMS = ("sklearn", "kestrel-jax", "kestrel-torch")
+#: Top-level names of what pyproject's ``bench`` extra installs (and their dist-info): a GPU
+#: machine may have none of them.
+BENCH_EXTRA = (
+    "torch", "onnxruntime", "onnx", "skl2onnx", "onnxmltools", "hummingbird", "lightgbm",
+    "xgboost", "matplotlib",
+)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -149,3 +156,49 @@ def test_a_speedup_target_below_the_floor_says_so(floor_ms: float, below: bool) 
     assert (f"numpy {floor_ms:.3g}" in speedup["note"]) == below
     limit = next(t for t in got if "limit" in t["target"])
     assert limit["result"] == "pass" and limit["note"] == ""
+
+
+def _without_bench_extra(site: Path, into: Path) -> Path:
+    """A site directory of links to every installed distribution but the bench extra's."""
+    into.mkdir()
+    for entry in site.iterdir():
+        top = entry.name.split("-")[0].split(".")[0].lower()
+        if entry.suffix == ".pth" or any(top == m or top.startswith(f"{m}_") for m in BENCH_EXTRA):
+            continue
+        (into / entry.name).symlink_to(entry)
+    return into
+
+
+def test_runs_with_only_kestrels_own_dependencies(tmp_path: Path) -> None:
+    """Issue 6: on a GPU machine with jax, numpy and scikit-learn (Kestrel's dependencies) but
+    none of the bench extra, the benchmark still runs: the other systems say `not installed`."""
+    site = _without_bench_extra(Path(sysconfig.get_paths()["purelib"]), tmp_path / "site")
+    argv = [
+        *("--quick", "--pipelines", "a,g", "--batches", "1", "--rounds", "1"),
+        *("--min-time", "0.001", "--out", str(tmp_path / "r.json")),
+        *("--report", str(tmp_path / "performance.md")),
+    ]
+    # -S: no site-packages (nor its .pth files) but the links; the checkout for compiler/lazy.
+    code = (
+        f"import runpy, sys; sys.path[:0] = [{str(site)!r}, {str(ROOT)!r}]; "
+        f"sys.argv = [{str(BENCH / 'scoring.py')!r}, *{argv!r}]; "
+        "runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((tmp_path / "r.json").read_text())
+    status = {(c["pipeline"], c["system"]): c["status"] for c in results["cells"]}
+    assert status["a", "sklearn"] == status["a", "kestrel-jax"] == "ok"
+    for system in ("ort", "hb-torch", "hb-ts", "kestrel-torch"):
+        assert status["a", system] == "not installed", system
+    assert results["pipelines"]["g"]["status"] == "not installed"  # LightGBM itself
+    assert not results["env"]["versions"].get("torch")
+    page = (tmp_path / "performance.md").read_text()
+    assert "not installed" in page and "![speed-up" not in page  # no matplotlib: no plot
