@@ -14,7 +14,16 @@ from ..graph import Graph
 from ..node import Node
 from ..ops import VARIANT_OPERANDS, ConstValue, Op
 from .rewrite import Pattern, RewriteContext, Rule, rewrite
-from .rules import AFFINE_MATMUL, CAST_CHAIN, DEFAULT_RULES, FOLD_CONSTANTS, IDENTITY_CAST
+from .rules import (
+    AFFINE_MATMUL,
+    BIAS_CHAIN,
+    CAST_CHAIN,
+    DEFAULT_RULES,
+    FOLD_CONSTANTS,
+    IDENTITY_CAST,
+    RESHAPE_CHAIN,
+    RESHAPE_ROUND_TRIP,
+)
 
 
 def prune(graph: Graph, keep: Sequence[str]) -> Graph:
@@ -64,10 +73,13 @@ def inline_params(graph: Graph, max_elements: int) -> Graph:
 
 __all__ = [
     "AFFINE_MATMUL",
+    "BIAS_CHAIN",
     "CAST_CHAIN",
     "DEFAULT_RULES",
     "FOLD_CONSTANTS",
     "IDENTITY_CAST",
+    "RESHAPE_CHAIN",
+    "RESHAPE_ROUND_TRIP",
     "VARIANT_OPERANDS",
     "Pattern",
     "Rule",

@@ -19,10 +19,13 @@ import lazy as lz
 from lazy import Op
 from lazy.passes import (
     AFFINE_MATMUL,
+    BIAS_CHAIN,
     CAST_CHAIN,
     DEFAULT_RULES,
     FOLD_CONSTANTS,
     IDENTITY_CAST,
+    RESHAPE_CHAIN,
+    RESHAPE_ROUND_TRIP,
     inline_params,
     optimize,
     prune,
@@ -373,6 +376,87 @@ def test_affine_matmul_leaves_a_plain_matmul() -> None:
 
     assert fired == {}
     assert after.output_nodes == before.output_nodes
+
+
+# --- BIAS_CHAIN ---------------------------------------------------------------------------------
+
+
+def test_bias_chain_adds_a_folded_bias_and_an_intercept_once() -> None:
+    b, x, w = _linear()
+    shift = b.param(rows(1, 3)[0], "shift")
+    intercept = b.param(rows(1, 3)[0], "intercept")
+    before = b.graph({"y": x @ w + shift + intercept})
+
+    after, fired = rewrite(before, [BIAS_CHAIN])
+
+    assert fired == {"bias-chain": 1}
+    assert op_counts(after)[Op.ADD] == 1
+    (add,) = [n for n in after.order if n.op is Op.ADD]
+    assert add.inputs[0].op is Op.MATMUL and add.inputs[1].attr("name").startswith("bias.")
+    total = after.params[add.inputs[1].attr("name")]
+    want = before.params["shift"].astype(np.float64) + before.params["intercept"]
+    np.testing.assert_array_equal(total, want.astype(np.float32))  # summed in float64, once
+    assert_same_outputs(before, after, {"x": rows(9, 4)}, rtol=1e-6)
+
+
+def test_bias_chain_keeps_input_dependent_terms() -> None:
+    b, x, w = _linear()
+    other = b.input("x2", (3,))
+    intercept = b.param(rows(1, 3)[0], "intercept")
+    before = b.graph({"y": x @ w + other + intercept})
+
+    after, fired = rewrite(before, [BIAS_CHAIN])
+
+    assert fired == {}
+    assert after.digest == before.digest
+
+
+# --- RESHAPE_CHAIN, RESHAPE_ROUND_TRIP -----------------------------------------------------------
+
+
+def test_reshape_chain_is_one_reshape_or_none() -> None:
+    b = lz.Builder()
+    x = b.input("x", (2, 3))
+    flat = lz.reshape(x, (lz.B, 6))
+    before = b.graph({"t": lz.reshape(flat, (lz.B, 3, 2)), "back": lz.reshape(flat, (lz.B, 2, 3))})
+
+    after, fired = rewrite(before, [RESHAPE_CHAIN])
+
+    assert fired == {"reshape-chain": 2}
+    assert after.outputs[1][1] is x.node  # restored: no reshape at all
+    t = after.outputs[0][1]
+    assert t.op is Op.RESHAPE and t.inputs[0] is x.node and t.shape == (lz.B, 3, 2)
+    assert_same_outputs(before, after, {"x": rows(5, 6).reshape(5, 2, 3)})
+
+
+def test_reshape_round_trip_runs_the_elementwise_op_in_place() -> None:
+    b = lz.Builder()
+    score = b.input("x", (1,))
+    positive = lz.sigmoid(lz.reshape(score, (lz.B,)))
+    cube = lz.reshape(-positive, (lz.B, 1, 1))
+    before = b.graph({"p": lz.reshape(positive, (lz.B, 1)), "cube": cube})
+
+    after, fired = rewrite(before, [RESHAPE_ROUND_TRIP])
+
+    assert fired == {"reshape-round-trip": 1}  # not the cube: (B, 1, 1) is no round trip
+    p = after.outputs[0][1]
+    assert p.op is Op.SIGMOID and p.inputs[0] is score.node
+    assert_same_outputs(before, after, {"x": rows(5, 1)})
+
+
+def test_optimize_gives_a_binary_logistic_regression_one_bias_and_no_reshape() -> None:
+    b, x, w = _linear(m=1)
+    mean = b.param(rows(1, 4)[0], "mean")
+    intercept = b.param(rows(1, 1)[0], "intercept")
+    decision = lz.reshape(((x - mean) @ w) + intercept, (lz.B,))
+    p = lz.reshape(lz.sigmoid(decision), (lz.B, 1))
+    before = b.graph({"proba": lz.concat([1.0 - p, p], axis=1)})
+
+    after = optimize(before)
+
+    counts = op_counts(after)
+    assert counts[Op.ADD] == 1 and Op.RESHAPE not in counts and Op.SUB in counts
+    assert_same_outputs(before, after, {"x": rows(9, 4)}, rtol=1e-6)
 
 
 # --- the default pipeline -----------------------------------------------------------------------
