@@ -573,11 +573,17 @@ def _below_floor(results: dict[str, Any], cell: dict[str, Any], required: float)
     if allowed >= floor:
         return ""
     each = ", ".join(f"{lib} {ms:.3g}" for lib, ms in floors.items())
-    return (
+    note = (
         f"{required:g}× {best} ({other['ms']:.3g} ms) allows {allowed:.3g} ms: less than the "
         f"MLP's float32 layer products alone take in the same rounds, without bias or activation "
         f"(ms: {each})"
     )
+    limit = results.get("limits", {}).get("gemm_gflops")
+    if cell.get("work") and limit:
+        rate = cell["work"] / (allowed / 1e3) / 1e9
+        if rate > limit:
+            note += f"; they would have to run at {rate:.0f} GFLOP/s, past the {limit:.0f} limit"
+    return note
 
 
 # -- environment ---------------------------------------------------------------------------------

@@ -132,9 +132,10 @@ def _mlp_results(ort_ms: float, kestrel_ms: float, floor_ms: float) -> dict[str,
         for name, ms in (("ort", ort_ms), ("kestrel-jax", kestrel_ms))
     ]
     cells[1] |= {"best_other": "ort", "speedup_best_other": ort_ms / kestrel_ms}
-    cells[1] |= {"limit_fraction": 0.5}
+    cells[1] |= {"limit_fraction": 0.5, "work": 3e8}  # 300 MFLOP
     return {
         "config": {"threads": 1},
+        "limits": {"gemm_gflops": 90.0},
         "systems": {"ort": {"family": "ort"}, "kestrel-jax": {"family": "kestrel"}},
         "pipelines": {
             "i": {"kind": "mlp", "floor_ms": {"10000": {"numpy": floor_ms, "xla": floor_ms + 1}}}
@@ -154,6 +155,8 @@ def test_a_speedup_target_below_the_floor_says_so(floor_ms: float, below: bool) 
     assert speedup["result"] == "fail"
     assert ("allows 3 ms" in speedup["note"]) == below
     assert (f"numpy {floor_ms:.3g}" in speedup["note"]) == below
+    # 300 MFLOP in 3 ms is 100 GFLOP/s: past this machine's 90.
+    assert ("run at 100 GFLOP/s, past the 90 limit" in speedup["note"]) == below
     limit = next(t for t in got if "limit" in t["target"])
     assert limit["result"] == "pass" and limit["note"] == ""
 
