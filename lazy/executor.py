@@ -66,11 +66,11 @@ class ParamMode:
 CALL_BYTES = 2 << 20
 #: Graphs doing at least this many matrix-product FLOPs per byte of row intermediates are
 #: compute-bound: their intermediates may spill from L2 to L3, as moving a byte there and back
-#: costs less than the products made from it. They get :data:`DENSE_CALL_BYTES` instead, and
-#: fewer calls, each of which costs XLA:CPU 15-45 us (backends with ``dense_calls``). One thread, a 50-100-100-1 MLP (12 FLOPs
-#: per byte) ran 1.05-1.08x faster at 10k and 100k rows in calls of 4096 rows than of 1024, and
-#: slower again at 8192; tree ensembles (no products) were within 3 % from 1024 to 8192 rows, and
-#: only paid more warm-up for the extra buckets.
+#: costs less than the products made from it. On backends with ``dense_calls`` they get
+#: :data:`DENSE_CALL_BYTES` instead, and fewer calls, each of which costs XLA:CPU 15-45 us. One
+#: thread, a 50-100-100-1 MLP (12 FLOPs per byte) ran 1.05-1.08x faster at 10k and 100k rows in
+#: calls of 4096 rows than of 1024, and slower again at 8192; tree ensembles (no products) were
+#: within 3 % from 1024 to 8192 rows, and only paid more warm-up for the extra buckets.
 DENSE_FLOPS_PER_BYTE = 8.0
 DENSE_CALL_BYTES = 12 << 20
 #: The most rows :func:`call_rows_for` gives one call. Beyond it the inputs of a cheap graph

@@ -29,24 +29,25 @@ BENCH_EXTRA = (
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
     out = tmp_path_factory.mktemp("scoring")
-    # A subprocess: the benchmark pins threads and CPU affinity before jax starts.
     argv = [
         *("--quick", "--pipelines", ",".join(PIPELINES)),
         *("--batches", ",".join(map(str, BATCHES)), "--systems", ",".join(SYSTEMS)),
         *("--max-batch", "32", "--rounds", "2", "--min-time", "0.005"),
         *("--out", str(out / "results.json"), "--report", str(out / "performance.md")),
     ]
-    done = subprocess.run(
-        [sys.executable, str(BENCH / "scoring.py"), *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = _bench([str(BENCH / "scoring.py"), *argv])
     assert "Median ms per predict_proba call" in done.stdout
     return json.loads((out / "results.json").read_text()), out
+
+
+def _bench(args: list[str]) -> subprocess.CompletedProcess[str]:
+    """``python *args`` from the checkout (the benchmark pins threads and CPU affinity before jax
+    starts, so it runs in a process of its own), which must succeed."""
+    done = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
 
 
 def test_every_requested_cell_is_measured(run: tuple[dict[str, Any], Path]) -> None:
@@ -187,15 +188,7 @@ def test_runs_with_only_kestrels_own_dependencies(tmp_path: Path) -> None:
         f"sys.argv = [{str(BENCH / 'scoring.py')!r}, *{argv!r}]; "
         "runpy.run_path(sys.argv[0], run_name='__main__')"
     )
-    done = subprocess.run(
-        [sys.executable, "-S", "-c", code],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    _bench(["-S", "-c", code])
     results = json.loads((tmp_path / "r.json").read_text())
     status = {(c["pipeline"], c["system"]): c["status"] for c in results["cells"]}
     assert status["a", "sklearn"] == status["a", "kestrel-jax"] == "ok"
