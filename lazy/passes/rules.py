@@ -133,6 +133,8 @@ AFFINE_MATMUL = Rule(
 
 def _bias_chain(b: dict[str, Node], ctx: RewriteContext) -> Node | None:
     outer, u, p, q = b["outer"], b["u"], b["p"], b["q"]
+    if np.dtype(outer.dtype).kind != "f":
+        return None  # integers: float64 would round a sum past 2**53
     if ctx.param_only(u) or not (ctx.param_only(p) and ctx.param_only(q)):
         return None
     total = ctx.value(p).astype(np.float64) + ctx.value(q).astype(np.float64)

@@ -399,6 +399,18 @@ def test_bias_chain_adds_a_folded_bias_and_an_intercept_once() -> None:
     assert_same_outputs(before, after, {"x": rows(9, 4)}, rtol=1e-6)
 
 
+def test_bias_chain_leaves_integer_sums_alone() -> None:
+    b = lz.Builder()
+    x = b.input("x", (2,), "int64")
+    big = b.param(np.array([2**53 + 1, 1], np.int64), "big")
+    before = b.graph({"y": x + big + big})
+
+    after, fired = rewrite(before, [BIAS_CHAIN])
+
+    assert fired == {}
+    assert_same_outputs(before, after, {"x": np.ones((3, 2), np.int64)})
+
+
 def test_bias_chain_keeps_input_dependent_terms() -> None:
     b, x, w = _linear()
     other = b.input("x2", (3,))
