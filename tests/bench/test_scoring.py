@@ -162,21 +162,25 @@ def test_a_speedup_target_below_the_floor_says_so(floor_ms: float, below: bool) 
     assert limit["result"] == "pass" and limit["note"] == ""
 
 
-def _without_bench_extra(site: Path, into: Path) -> Path:
-    """A site directory of links to every installed distribution but the bench extra's."""
+def _without_bench_extra(into: Path) -> Path:
+    """A site directory of links to every installed distribution but the bench extra's (from
+    both of the interpreter's site directories, pure and platform-specific, where they differ)."""
     into.mkdir()
-    for entry in site.iterdir():
-        top = entry.name.split("-")[0].split(".")[0].lower()
-        if entry.suffix == ".pth" or any(top == m or top.startswith(f"{m}_") for m in BENCH_EXTRA):
-            continue
-        (into / entry.name).symlink_to(entry)
+    paths = sysconfig.get_paths()
+    for site in {Path(paths["purelib"]).resolve(), Path(paths["platlib"]).resolve()}:
+        for entry in site.iterdir():
+            top = entry.name.split("-")[0].split(".")[0].lower()
+            hidden = any(top == m or top.startswith(f"{m}_") for m in BENCH_EXTRA)
+            if entry.suffix == ".pth" or hidden or (into / entry.name).exists():
+                continue
+            (into / entry.name).symlink_to(entry)
     return into
 
 
 def test_runs_with_only_kestrels_own_dependencies(tmp_path: Path) -> None:
     """Issue 6: on a GPU machine with jax, numpy and scikit-learn (Kestrel's dependencies) but
     none of the bench extra, the benchmark still runs: the other systems say `not installed`."""
-    site = _without_bench_extra(Path(sysconfig.get_paths()["purelib"]), tmp_path / "site")
+    site = _without_bench_extra(tmp_path / "site")
     argv = [
         *("--quick", "--pipelines", "a,g", "--batches", "1", "--rounds", "1"),
         *("--min-time", "0.001", "--out", str(tmp_path / "r.json")),
