@@ -445,7 +445,8 @@ class CompiledGraph:
         """``route`` (an executable and its parameters) on ``rows`` rows in bucket ``index``."""
         exe, params = route
         bucket = self._sizes[index]
-        if bucket == rows:  # an exact bucket: no padded copy, no output slice
+        # An exact bucket, or a host plan that takes any rows: no padded copy, no output slice.
+        if bucket == rows or getattr(exe, "any_rows", False):
             return exe(arrays, params)
         self.stats.padded_rows += bucket - rows
         outs = exe([pad_rows(a, bucket) for a in arrays], params)

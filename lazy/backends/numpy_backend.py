@@ -44,6 +44,7 @@ from ..graph import Graph
 from ..interpreter import logsumexp, softmax, update_at
 from ..node import Node
 from ..ops import VARIANT_OPERANDS, Op
+from ..shapes import is_batched
 from .base import Backend, CompileTimes, Lowering
 
 #: Bumped whenever this module lowers the same graph to different code.
@@ -145,6 +146,8 @@ def _take_along(n: Node, low: HostLowering) -> Kernel:
     if data[0] == 1:
         return lambda d, i: d.reshape(-1)[i]
     offsets = (np.arange(data[0], dtype=HOST_INT) * data[1])[:, None]
+    if is_batched(n.inputs[0].shape):  # the rows a call has, up to the bucket's (any_rows)
+        return lambda d, i: d.reshape(-1)[i + offsets[: len(d)]]
     return lambda d, i: d.reshape(-1)[i + offsets]
 
 
@@ -170,12 +173,31 @@ def _slice(n: Node, low: HostLowering) -> Kernel:
 
 def _reshape(n: Node, low: HostLowering) -> Kernel:
     shape = low.shape(n)
+    if is_batched(n.shape) and is_batched(n.inputs[0].shape):
+        rest = shape[1:]  # rows stay rows: as many as the call has (any_rows)
+        return lambda x: x.reshape((len(x), *rest))
     return lambda x: x.reshape(shape)
 
 
 def _broadcast(n: Node, low: HostLowering) -> Kernel:
     shape = low.shape(n)
-    return lambda x: np.broadcast_to(x, shape)
+    if is_batched(n.shape) and is_batched(n.inputs[0].shape):
+        rest = shape[1:]
+        return lambda x: np.broadcast_to(x, (len(x), *rest))
+    return lambda x: np.broadcast_to(x, shape)  # a parameter's bucket-sized copy: bucket-bound
+
+
+def _bucket_bound(order: Sequence[Node]) -> bool:
+    """Whether a plan of ``order`` is only right for exactly its bucket's rows: where it
+    broadcasts a row-free value to rows (that many rows are baked in). Every other kernel takes
+    its row count from its operands."""
+    for node in order:
+        if node.op is Op.LOOP and _bucket_bound(node.attr("body").order):
+            return True
+        batched = is_batched(node.shape)
+        if node.op is Op.BROADCAST and batched and not is_batched(node.inputs[0].shape):
+            return True
+    return False
 
 
 def _transpose(n: Node, low: HostLowering) -> Kernel:
@@ -281,6 +303,7 @@ def _reusable(
         value = values[operand]
         if (
             last_use[operand] != k
+            or is_batched(operand.shape) != is_batched(node.shape)  # equal at this bucket only
             or not isinstance(value, np.ndarray)
             or value.shape != result.shape
             or value.dtype != result.dtype
@@ -397,13 +420,15 @@ class _Plan:
 
 
 class NumpyExecutable:
-    """A graph's generated numpy function for one bucket; numpy in, numpy out."""
+    """A graph's generated numpy function for one bucket; numpy in, numpy out. ``any_rows``:
+    it also runs any fewer rows as they are, unpadded (see ``_bucket_bound``)."""
 
-    __slots__ = ("_function", "source")
+    __slots__ = ("_function", "any_rows", "source")
 
-    def __init__(self, plan: _Plan) -> None:
+    def __init__(self, plan: _Plan, any_rows: bool = False) -> None:
         self._function = plan.function
         self.source = plan.source  # the generated Python, for debugging
+        self.any_rows = any_rows
 
     def __call__(self, inputs: Sequence[np.ndarray], params: Sequence[Any]) -> list[np.ndarray]:
         # Float errors (overflow to inf, 0/0) give the IEEE values the device gives, silently.
@@ -441,7 +466,8 @@ class NumpyBackend(Backend):
             graph.output_nodes,
             low,
         )
-        return NumpyExecutable(plan), CompileTimes(trace_s=time.perf_counter() - t0)
+        exe = NumpyExecutable(plan, any_rows=not _bucket_bound(graph.order))
+        return exe, CompileTimes(trace_s=time.perf_counter() - t0)
 
 
 BACKEND_CLASS = NumpyBackend

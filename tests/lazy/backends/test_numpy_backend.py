@@ -137,3 +137,48 @@ def test_elementwise_steps_reuse_dead_buffers_but_never_the_callers_or_a_live_vi
     want = lz.evaluate(graph, {"x": rows})
     np.testing.assert_allclose(got_y, want["y"], rtol=1e-6)
     np.testing.assert_allclose(got_flat, want["flat"], rtol=1e-6)
+
+
+def test_a_plan_runs_fewer_rows_than_its_bucket_unpadded() -> None:
+    b = lz.Builder()
+    x = b.input("x", (6,))
+    idx = b.input("idx", (2,), "int32")
+    w = b.param(np.random.default_rng(1).standard_normal((6, 4)).astype(np.float32), "w")
+    cube = lz.reshape(x @ w, (lz.B, 2, 2))  # rows stay rows, as many as the call has
+    wide = lz.broadcast_to(lz.reshape(lz.sum(x, axis=1), (lz.B, 1)), (lz.B, 3))
+    looped = lz.fori_loop(2, lambda i, h, d: h + d, x, x)
+    picked = lz.take_along(x, idx, axis=1)
+    graph = b.graph({"cube": cube, "wide": wide, "looped": looped, "picked": picked})
+    exe, params = _compile(graph, 8)
+    assert exe.any_rows
+    rng = np.random.default_rng(2)
+    for rows in (1, 5, 8):
+        feed = {
+            "x": rng.standard_normal((rows, 6)).astype(np.float32),
+            "idx": rng.integers(0, 6, (rows, 2)).astype(np.int32),
+        }
+        got = dict(zip(graph.output_names, exe([feed["x"], feed["idx"]], params), strict=True))
+        want = lz.evaluate(graph, feed)
+        for name, value in want.items():
+            assert got[name].shape == value.shape, (rows, name)
+            np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_a_plan_that_broadcasts_a_parameter_to_rows_keeps_its_bucket() -> None:
+    b = lz.Builder()
+    x = b.input("x", (3,))
+    bias = b.param(np.arange(3, dtype=np.float32), "bias")
+    graph = b.graph({"y": x + lz.broadcast_to(bias, (lz.B, 3))})  # that many rows are baked in
+    exe, _ = _compile(graph, 8)
+    assert not exe.any_rows
+
+
+def test_host_routed_calls_are_not_padded(cache) -> None:
+    graph = scaler_logreg()
+    compiled = lz.compile(graph, lz.Options(backend="numpy", max_batch=8), cache).graphs[0]
+    x = np.random.default_rng(3).standard_normal((5, 6)).astype(np.float32)
+    got = compiled({"x": x})
+    assert compiled.stats.padded_rows == 0
+    want = lz.evaluate(graph, {"x": x})
+    np.testing.assert_allclose(got["proba"], want["proba"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got["label"], want["label"])
