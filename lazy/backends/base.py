@@ -17,7 +17,8 @@ from ..shapes import concrete
 
 
 class Executable(Protocol):
-    """A graph compiled for one bucket: host arrays in, host arrays out (outputs order)."""
+    """A graph compiled for one bucket: host arrays in, host arrays out (outputs order). One
+    whose ``any_rows`` attribute is true also runs fewer rows than its bucket's, unpadded."""
 
     def __call__(self, inputs: Sequence[np.ndarray], params: Any) -> list[np.ndarray]: ...
 

@@ -332,6 +332,7 @@ class JaxExecutable:
     """
 
     __slots__ = ("_call", "compiled")
+    any_rows = False  # static shapes: fewer rows are padded to the bucket
 
     def __init__(self, compiled: Any) -> None:
         self.compiled = compiled

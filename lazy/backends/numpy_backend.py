@@ -48,7 +48,7 @@ from ..shapes import is_batched
 from .base import Backend, CompileTimes, Lowering
 
 #: Bumped whenever this module lowers the same graph to different code.
-LOWERING_REVISION = 4
+LOWERING_REVISION = 5
 
 #: The dtype signed integers have inside a plan (see the module docstring).
 HOST_INT = np.dtype(np.intp)
@@ -171,33 +171,37 @@ def _slice(n: Node, low: HostLowering) -> Kernel:
     return lambda x: x[index]
 
 
+def _keeps_rows(n: Node) -> bool:
+    """Rows in, rows out: the kernel may take its row count from its operand (any_rows)."""
+    return is_batched(n.shape) and is_batched(n.inputs[0].shape)
+
+
 def _reshape(n: Node, low: HostLowering) -> Kernel:
     shape = low.shape(n)
-    if is_batched(n.shape) and is_batched(n.inputs[0].shape):
-        rest = shape[1:]  # rows stay rows: as many as the call has (any_rows)
+    if _keeps_rows(n):
+        rest = shape[1:]
         return lambda x: x.reshape((len(x), *rest))
     return lambda x: x.reshape(shape)
 
 
 def _broadcast(n: Node, low: HostLowering) -> Kernel:
     shape = low.shape(n)
-    if is_batched(n.shape) and is_batched(n.inputs[0].shape):
+    if _keeps_rows(n):
         rest = shape[1:]
         return lambda x: np.broadcast_to(x, (len(x), *rest))
-    return lambda x: np.broadcast_to(x, shape)  # a parameter's bucket-sized copy: bucket-bound
+    return lambda x: np.broadcast_to(x, shape)  # a parameter to rows: bucket-bound
 
 
 def _bucket_bound(order: Sequence[Node]) -> bool:
     """Whether a plan of ``order`` is only right for exactly its bucket's rows: where it
     broadcasts a row-free value to rows (that many rows are baked in). Every other kernel takes
     its row count from its operands."""
-    for node in order:
-        if node.op is Op.LOOP and _bucket_bound(node.attr("body").order):
-            return True
-        batched = is_batched(node.shape)
-        if node.op is Op.BROADCAST and batched and not is_batched(node.inputs[0].shape):
-            return True
-    return False
+    return any(
+        _bucket_bound(n.attr("body").order)
+        if n.op is Op.LOOP
+        else n.op is Op.BROADCAST and is_batched(n.shape) and not _keeps_rows(n)
+        for n in order
+    )
 
 
 def _transpose(n: Node, low: HostLowering) -> Kernel:

@@ -389,6 +389,7 @@ class TorchExecutable:
     ``torch.inference_mode``."""
 
     __slots__ = ("_plan", "bucket")
+    any_rows = False  # its plan's reshapes bake in the bucket's rows
 
     def __init__(self, graph: Graph, bucket: int, policy: DTypePolicy) -> None:
         # Leaves are fed per call: the inputs, then the parameters (in param_nodes order).
