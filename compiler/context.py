@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -18,19 +19,26 @@ from .schema import Column, InputSchema, Vocabulary
 
 
 class Context:
-    def __init__(self, builder: lz.Builder, options: CompileOptions, schema: InputSchema) -> None:
+    def __init__(
+        self,
+        builder: lz.Builder,
+        options: CompileOptions,
+        schema: InputSchema,
+        raw: lz.LazyTensor | None = None,
+    ) -> None:
         self.builder = builder
         self.options = options
         self.schema = schema
+        #: The input table as the host sends it (float64 where :meth:`raw_float64` asked for it).
+        self.raw = raw
+        #: Whether a step asked for float64 input columns that ``raw`` does not hold (the trace
+        #: is then made again with a float64 input; see ``compiler.model.trace``).
+        self.wants_float64_input = False
         self.report = CompileReport()
         self._path: list[str] = []
         self._names: set[str] = set()
         self._step: StepReport | None = None
         self._code_inputs: dict[int, lz.LazyTensor] = {}
-        # Raw input columns that tree splits read verbatim, by the precision the source compares
-        # them in (see :meth:`tree_decisions_on`).
-        self._compared_float64: set[int] = set()
-        self._compared_float32: set[int] = set()
 
     @property
     def dtype(self) -> str:
@@ -40,28 +48,17 @@ class Context:
     def path(self) -> str:
         return "/".join(self._path)
 
-    # -- input rounding ------------------------------------------------------------------------
-    def tree_decisions_on(self, features: Features, *, float64: bool) -> None:
-        """Record that tree splits compare ``features`` (``float64``: the source compares the
-        float64 value, as HistGradientBoosting and LightGBM do; else ``float32(x)``, as
-        scikit-learn's ``tree_`` and XGBoost do). See :meth:`round_down_columns`."""
-        verbatim = {s for s in features.sources if s is not None}
-        (self._compared_float64 if float64 else self._compared_float32).update(verbatim)
-
-    def round_down_columns(self) -> frozenset[int]:
-        """Raw columns the host should round toward -inf when it narrows them to float32.
-
-        A float32 graph compares ``float32(x) <= t32``, ``t32`` the largest float32 not above
-        ``t`` (exact for float32 inputs). For a source comparing the float64 ``x <= t``, rounding
-        ``x`` to nearest puts an ``x`` equal to ``t`` — common: thresholds are data values —
-        above ``t32`` when it rounds up, on the wrong side; rounding down keeps every ``x <= t``
-        on its side and leaves only ``x`` strictly inside ``(t, next float32)`` misjudged.
-        Columns also read by float32-comparing splits keep round-to-nearest (what those sources
-        do themselves); a float64 graph needs no rounding.
-        """
-        if self.dtype != "float32":
-            return frozenset()
-        return frozenset(self._compared_float64 - self._compared_float32)
+    # -- inputs ------------------------------------------------------------------------------
+    def raw_float64(self, columns: list[int]) -> lz.LazyTensor:
+        """(B, len(columns)) float64: raw input ``columns`` as the client sent them (decisions
+        that must be exact for float64 inputs read these)."""
+        raw = self.raw
+        if raw is None:
+            raise ValueError("this context has no raw input")
+        if raw.dtype != "float64":
+            self.wants_float64_input = True  # this trace is discarded and made again
+        values = Features(raw, tuple(range(int(raw.shape[1])))).select(columns).values
+        return values if values.dtype == "float64" else lz.cast(values, "float64")
 
     # -- converting ----------------------------------------------------------------------------
     def convert(self, estimator: Any, features: Features, name: str) -> Heads:
@@ -72,17 +69,30 @@ class Context:
             try:
                 registration = lookup(estimator)
             except UnsupportedError:
-                if not (self.options.allow_host_steps and hasattr(estimator, "transform")):
+                if not self._may_host(estimator):
                     raise
-                return self._host_transform(estimator, features)
+                reason = f"{type(estimator).__name__} has no converter"
+                return self._host_transform(estimator, features, reason)
             step = StepReport(self.path, type(estimator).__name__, "device")
             outer, self._step = self._step, step
+            first = len(self.report.steps)
             self.report.steps.append(step)
+            saved = self._schema_state()
             try:
                 with lz.scope(f"{self.path} ({type(estimator).__name__})"):
                     return registration.converter(estimator, features, self)
+            except UnsupportedError as exc:
+                # A step the converter refuses (arbitrary Python in a FunctionTransformer, a
+                # hyper-parameter it does not handle exactly) runs on the host when allowed; not
+                # a container whose child refused (that child already had its chance).
+                if not self._may_host(estimator) or len(self.report.steps) > first + 1:
+                    raise
+                reason = str(exc)
             finally:
                 self._step = outer
+            del self.report.steps[first:]
+            self._restore_schema_state(saved)
+            return self._host_transform(estimator, features, reason)
         finally:
             self._path.pop()
 
@@ -146,16 +156,47 @@ class Context:
         return self._code_inputs[source]
 
     # -- host steps ----------------------------------------------------------------------------
-    def _host_transform(self, estimator: Any, features: Features) -> Heads:
-        width = _output_width(estimator, features.width)
+    def _may_host(self, estimator: Any) -> bool:
+        return self.options.allow_host_steps and hasattr(estimator, "transform")
+
+    def _schema_state(self) -> tuple[Any, ...]:
+        schema = self.schema
+        return schema.columns, dict(schema.vocabularies), dict(self._code_inputs)
+
+    def _restore_schema_state(self, state: tuple[Any, ...]) -> None:
+        """Undo what a refused converter registered (categorical columns and their codes)."""
+        self.schema.columns, vocabularies, code_inputs = state
+        self.schema.vocabularies.clear()
+        self.schema.vocabularies.update(vocabularies)
+        self._code_inputs = code_inputs
+
+    def _host_transform(self, estimator: Any, features: Features, reason: str) -> Heads:
+        """``estimator.transform`` run by numpy on the host between two compiled segments."""
+        name = type(estimator).__name__
+        categorical = [
+            self.schema.columns[s].name for s in features.sources if s in self.schema.vocabularies
+        ]
+        if categorical:
+            raise UnsupportedError(
+                f"{self.path}: {name} cannot run as a host step: it reads categorical columns "
+                f"{categorical}, which reach the host only as codes"
+            )
+        run = _host_function(estimator, features.width)
+        width = _output_width(estimator, run, features.width)
         dtype = self.dtype
-        (out,) = self.builder.host(
-            lambda x: np.asarray(estimator.transform(x), dtype=dtype),
-            [features.values],
-            [((width,), dtype)],
-            name=self.path,
-        )
-        self.report.steps.append(StepReport(self.path, type(estimator).__name__, "host"))
+        path = self.path
+
+        def host(x: np.ndarray) -> np.ndarray:
+            out = run(x)
+            if out.shape[1] != width:
+                raise ValueError(
+                    f"host step {path} ({name}) returned {out.shape[1]} columns; it returned "
+                    f"{width} when compiled"
+                )
+            return out.astype(dtype, copy=False)
+
+        (out,) = self.builder.host(host, [features.values], [((width,), dtype)], name=path)
+        self.report.steps.append(StepReport(path, name, "host", f"host step: {reason}"))
         return Heads({"transform": out})
 
 
@@ -166,11 +207,42 @@ def check_fitted(estimator: Any) -> None:
         check_is_fitted(estimator)
 
 
-def _output_width(estimator: Any, width: int) -> int:
-    probe = np.zeros((1, width))
-    try:
-        return int(np.asarray(estimator.transform(probe)).shape[1])
-    except Exception as exc:  # the step cannot even run on a probe row
-        raise UnsupportedError(
-            f"{type(estimator).__name__} cannot run as a host step: {exc}"
-        ) from exc
+def _host_function(estimator: Any, width: int) -> Any:
+    """``x`` (a numpy batch) → ``estimator.transform`` of it as a 2-D numeric numpy array, given
+    float64 (what scikit-learn computes in) and, for a step fitted on a DataFrame, as a frame
+    with the fitted column names (a function may select columns by name)."""
+    names = getattr(estimator, "feature_names_in_", None)
+    columns = list(names) if names is not None and len(names) == width else None
+
+    def run(x: np.ndarray) -> np.ndarray:
+        data: Any = np.asarray(x, dtype=np.float64)
+        if columns is not None:
+            import pandas as pd  # a core dependency; imported only for host steps
+
+            data = pd.DataFrame(data, columns=columns)
+        out = estimator.transform(data)
+        if hasattr(out, "toarray"):  # a sparse matrix
+            out = out.toarray()
+        out = np.asarray(out)
+        if out.ndim != 2 or out.dtype.kind not in "fiub":
+            raise ValueError(
+                f"transform returned a {out.ndim}-D {out.dtype} array, not a 2-D numeric table"
+            )
+        return out
+
+    return run
+
+
+def _output_width(estimator: Any, run: Any, width: int) -> int:
+    """The number of columns ``run`` returns, found by running it on probe rows."""
+    errors = []
+    for value in (0.0, 1.0):
+        try:
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return int(run(np.full((2, width), value)).shape[1])
+        except Exception as exc:  # the step cannot run on this probe
+            errors.append(exc)
+    raise UnsupportedError(
+        f"{type(estimator).__name__} cannot run as a host step: {errors[-1]}"
+    ) from errors[-1]

@@ -14,6 +14,22 @@ fails when this file is stale. Every class listed here is enrolled in the confor
 (`tests/compiler/test_conformance.py`): parity with the source estimator on every method, on the
 numpy interpreter and on JAX. Anything not listed raises `UnsupportedError` at compile time, as
 does any hyper-parameter a converter cannot reproduce exactly.
+
+The *exactness* column says where a class's decisions are made exact and in what precision it
+computes. Graphs are float32 unless compiled with `dtype="float64"`. Decisions — tree splits, bin
+edges, quantile knots — must decide as the source does for float64 inputs, so:
+
+- **folded**: a step that maps each column by a non-decreasing function of one raw column (a
+  scaler, an imputer's fill) is replayed in float64, in the source's own order of operations,
+  at compile time, and the decisions that read it become comparisons of the raw float64 column
+  against thresholds found by bisection over the float64 line (`compiler/trees/folding.py`).
+  Exact for every float64 input, and the folded steps cost nothing per row.
+- **float64 input**: a model with such a decision takes its input table in float64 and makes
+  those comparisons in float64 (the rest of the graph stays float32).
+- **float32**: sources that themselves compare `float32(x)` (scikit-learn's `tree_` models,
+  XGBoost) keep float32 input on raw columns: the host's rounding is the source's.
+- A column no map describes (a projection, polynomial terms) is compared as the graph computed
+  it; such a decision is exact only where float32 rounding cannot cross it.
 """
 
 
@@ -28,10 +44,16 @@ def render() -> str:
         groups[_family(reg)].append(reg)
     lines = [_HEADER]
     for family in sorted(groups):
-        lines += [f"## `{family}`", "", "| class | methods | limits |", "|---|---|---|"]
+        lines += [
+            f"## `{family}`",
+            "",
+            "| class | methods | limits | exactness |",
+            "|---|---|---|---|",
+        ]
         for reg in groups[family]:
             methods = ", ".join(f"`{m}`" for m in reg.methods)
-            lines.append(f"| `{reg.name}` | {methods} | {reg.limits or '—'} |")
+            row = f"| `{reg.name}` | {methods} | {reg.limits or '—'} | {reg.exactness or '—'} |"
+            lines.append(row)
         lines.append("")
     return "\n".join(lines)
 

@@ -2,12 +2,43 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 import lazy as lz
+
+#: One step of a :class:`ColumnMap`: float64 values → float64 values, as the source computes them.
+Step = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class ColumnMap:
+    """A computed column as a non-decreasing function of one raw input column.
+
+    ``steps`` replay, in float64 and in the source's own order of operations, what the fitted
+    steps did to raw column ``source`` (a scaler's ``(x - mean) / scale``, an imputer's fill),
+    each non-decreasing on non-NaN values. A decision the source makes on the computed value, such
+    as a tree's ``v <= t``, is then a decision ``x <= t'`` on the raw value, with ``t'`` found once
+    at compile time (:mod:`compiler.trees.folding`): exact, and the steps cost nothing per row.
+    """
+
+    source: int
+    steps: tuple[Step, ...] = ()
+    #: Every step leaves non-NaN values as they are (imputers): the column is then the raw
+    #: column's value or a fill, which a float32 graph rounds as the source rounds it.
+    fills_only: bool = True
+
+    def then(self, step: Step, *, fill: bool = False) -> ColumnMap:
+        """This map followed by ``step`` (``fill``: a step that only replaces NaN)."""
+        return ColumnMap(self.source, (*self.steps, step), self.fills_only and fill)
+
+    def __call__(self, raw: np.ndarray) -> np.ndarray:
+        v = np.asarray(raw, np.float64)
+        for step in self.steps:
+            v = np.asarray(step(v), np.float64)
+        return v
 
 
 @dataclass(frozen=True)
@@ -16,14 +47,46 @@ class Features:
 
     ``sources[j]`` is the index of the input-table column that column j is verbatim, or None if it
     was computed. Categorical encoders use it to read the host-made integer codes of a raw column.
+    ``maps[j]`` (optional, empty: none known) describes a computed column j exactly as a
+    :class:`ColumnMap` of one raw column; see :meth:`column_map`.
     """
 
     values: lz.LazyTensor
     sources: tuple[int | None, ...]
+    maps: tuple[ColumnMap | None, ...] = ()
 
     def __post_init__(self) -> None:
         if self.values.ndim != 2 or self.values.shape[1] != len(self.sources):
             raise ValueError(f"features {self.values.shape} vs {len(self.sources)} sources")
+        if self.maps and len(self.maps) != len(self.sources):
+            raise ValueError(f"features of {len(self.sources)} columns vs {len(self.maps)} maps")
+
+    def column_map(self, j: int) -> ColumnMap | None:
+        """Column j as a map of a raw column: its own map, or the identity of (or an imputer's
+        fill of) the raw column it is verbatim; None where it is computed some other way."""
+        if self.maps and self.maps[j] is not None:
+            return self.maps[j]
+        source = self.sources[j]
+        if source is None:
+            return None
+        fill = getattr(source, "fill", None)  # a provenance.Filled source
+        raw = ColumnMap(int(source))
+        if fill is None:
+            return raw
+        value = float(fill)
+        return raw.then(lambda v: np.where(np.isnan(v), value, v), fill=True)
+
+    def column_maps(self) -> tuple[ColumnMap | None, ...]:
+        return tuple(self.column_map(j) for j in range(self.width))
+
+    def mapped(self, values: lz.LazyTensor, step: Callable[[int], Step | None]) -> Features:
+        """``values``, computed from these features column by column by a non-decreasing step
+        (``step(j)``: column j's float64 replay, None where it has none)."""
+        maps = []
+        for j, m in enumerate(self.column_maps()):
+            s = None if m is None else step(j)
+            maps.append(None if s is None else m.then(s))
+        return Features(values, (None,) * self.width, tuple(maps))
 
     @property
     def width(self) -> int:
@@ -39,10 +102,12 @@ class Features:
         if idx == list(range(self.width)):
             return self
         sources = tuple(self.sources[i] for i in idx)
+        maps = tuple(self.maps[i] for i in idx) if self.maps else ()
         if idx and idx == list(range(idx[0], idx[0] + len(idx))):
-            return Features(lz.slice_axis(self.values, 1, idx[0], idx[0] + len(idx)), sources)
+            values = lz.slice_axis(self.values, 1, idx[0], idx[0] + len(idx))
+            return Features(values, sources, maps)
         table = lz.const(np.asarray(idx, np.int32))
-        return Features(lz.take(self.values, table, axis=1), sources)
+        return Features(lz.take(self.values, table, axis=1), sources, maps)
 
     @staticmethod
     def concat(parts: Sequence[Features]) -> Features:
@@ -50,7 +115,10 @@ class Features:
         if len(parts) == 1:
             return parts[0]
         values = lz.concat([p.values for p in parts], axis=1)
-        return Features(values, tuple(s for p in parts for s in p.sources))
+        maps = ()
+        if any(p.maps for p in parts):
+            maps = tuple(m for p in parts for m in (p.maps or (None,) * p.width))
+        return Features(values, tuple(s for p in parts for s in p.sources), maps)
 
 
 @dataclass(frozen=True)
@@ -68,6 +136,7 @@ class Heads:
     outputs: Mapping[str, lz.LazyTensor]
     classes: np.ndarray | None = None
     sources: tuple[int | None, ...] | None = None  # provenance of the transform head's columns
+    maps: tuple[ColumnMap | None, ...] = ()  # exact maps of the transform head's columns
     extra: Mapping[str, object] = field(default_factory=dict)
     splits: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
@@ -75,8 +144,8 @@ class Heads:
         values = self.outputs["transform"]
         if values.ndim == 1:
             values = lz.reshape(values, (lz.B, 1))
-        return Features(values, self.sources or (None,) * int(values.shape[1]))
+        return Features(values, self.sources or (None,) * int(values.shape[1]), self.maps)
 
     @classmethod
     def transformed(cls, features: Features) -> Heads:
-        return cls({"transform": features.values}, sources=features.sources)
+        return cls({"transform": features.values}, sources=features.sources, maps=features.maps)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +12,7 @@ import lazy as lz
 from lazy.nan import nan_reaching_columns
 
 from .context import Context, check_fitted
-from .errors import UnsupportedError
+from .errors import SchemaError, UnsupportedError
 from .features import Features, Heads
 from .options import METHODS, CompileOptions
 from .report import CompileReport
@@ -33,17 +33,21 @@ class Traced:
     report: CompileReport
     #: List-valued heads (see :class:`Heads`): method → the widths of its per-output arrays.
     splits: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    #: The dtype the host sends the input table ``x`` in: float64 where decisions read raw
+    #: float64 columns (:func:`compiler.trees.folding.exact_splits`), else the options' dtype.
+    input_dtype: str = "float32"
 
 
 def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None = None) -> Traced:
     """Convert ``estimator`` into a lazy program (no compilation)."""
     options = options or CompileOptions()
     check_fitted(estimator)
-    schema = schema_for(estimator, sample)
-    builder = lz.Builder()
-    x = builder.input("x", (len(schema.columns),), options.dtype)
-    ctx = Context(builder, options, schema)
-    heads = ctx.convert(estimator, Features(x, tuple(range(len(schema.columns)))), "model")
+    ctx, heads = _convert(estimator, sample, options, options.dtype)
+    if ctx.wants_float64_input:  # a step decides on raw float64 columns: the input is float64
+        ctx, heads = _convert(estimator, sample, options, "float64")
+        if ctx.wants_float64_input:
+            raise AssertionError("a float64 input trace asked for float64 input")
+    builder = ctx.builder
     methods = _methods(estimator, heads, options)
     outputs = {m: heads.outputs[m] for m in methods}
     program = builder.build(outputs)
@@ -51,14 +55,34 @@ def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None 
     # (xgboost.Booster predicts only on a DMatrix).
     if not heads.extra.get("accepts_nan"):
         ctx.schema.rejects_nan = _columns_rejecting_nan(estimator, ctx.schema, sample)
-    ctx.schema.round_down = ctx.round_down_columns()
     report = ctx.report
     report.methods = methods
     report.graph_nodes = sum(len(g.order) for g in program.graphs)
     report.graph_stages = len(program.graphs)
     report.parameters = sum(int(v.size) for g in program.graphs for v in g.params.values())
     splits = {m: tuple(heads.splits[m]) for m in methods if m in heads.splits}
-    return Traced(program, ctx.schema, heads.classes, methods, report, splits)
+    dtype = ctx.raw.dtype if ctx.raw is not None else options.dtype
+    return Traced(program, ctx.schema, heads.classes, methods, report, splits, dtype)
+
+
+def _convert(
+    estimator: Any, sample: Any, options: CompileOptions, input_dtype: str
+) -> tuple[Context, Heads]:
+    """One conversion of ``estimator`` whose input table arrives as ``input_dtype`` (steps see
+    it in the options' dtype)."""
+    schema = schema_for(estimator, sample)
+    builder = lz.Builder()
+    raw = builder.input("x", (len(schema.columns),), input_dtype)
+    x = raw if input_dtype == options.dtype else lz.cast(raw, options.dtype)
+    ctx = Context(builder, options, schema, raw)
+    heads = ctx.convert(estimator, Features(x, tuple(range(len(schema.columns)))), "model")
+    return ctx, heads
+
+
+def declares_float64(program: lz.Program) -> bool:
+    """Whether any value of ``program`` is declared float64 (it then needs a backend that keeps
+    declared dtypes: the x64 policy)."""
+    return any(n.dtype == "float64" for g in program.graphs for n in g.order)
 
 
 _MAX_NAN_PROBES = 512
@@ -94,10 +118,8 @@ def _columns_rejecting_nan(estimator: Any, schema: InputSchema, sample: Any) -> 
 
 
 def _probe_row(estimator: Any, schema: InputSchema, sample: Any) -> Any:
-    if sample is not None:
-        row = (
-            sample.iloc[:1].copy() if hasattr(sample, "iloc") else np.array(sample[:1], dtype=float)
-        )
+    row = None if sample is None else _first_row(sample, schema)
+    if row is not None:
         if hasattr(row, "iloc"):
             for j, col in enumerate(schema.columns):  # NaN must fit: make numeric columns float
                 if j not in schema.vocabularies and row.dtypes.iloc[j].kind in "iub":
@@ -111,6 +133,51 @@ def _probe_row(estimator: Any, schema: InputSchema, sample: Any) -> Any:
 
         return pd.DataFrame(zeros, columns=schema.names)
     return zeros
+
+
+def _first_row(sample: Any, schema: InputSchema) -> Any:
+    """The sample's first row as the source takes it; None for a sample without rows (then it is
+    no probe). A frame stays a frame; dict rows or columns, and any table of a source fitted on a
+    frame, become one; an array keeps numbers as floats and other values (strings) as objects."""
+    if hasattr(sample, "iloc"):
+        return sample.iloc[:1].copy() if len(sample) else None
+    dicts = isinstance(sample, Mapping) or (
+        isinstance(sample, Sequence) and len(sample) > 0 and isinstance(sample[0], Mapping)
+    )
+    if dicts or schema.named:
+        import pandas as pd  # a core dependency, as for the frame a named source was fitted on
+
+        if dicts:
+            frame = pd.DataFrame(sample)
+            if schema.named and all(c in frame.columns for c in schema.names):
+                frame = frame[schema.names]
+        else:
+            rows = _sample_rows(sample, schema)
+            if rows.size == 0:
+                return None
+            frame = pd.DataFrame(rows, columns=schema.names)
+        return frame.iloc[:1].infer_objects() if len(frame) else None
+    row = _sample_rows(sample, schema)[:1]
+    if row.size == 0:
+        return None
+    try:
+        return row.astype(np.float64)
+    except (TypeError, ValueError):  # strings: the source takes them as they are
+        return row
+
+
+def _sample_rows(sample: Any, schema: InputSchema) -> np.ndarray:
+    """An array-like sample as an object array, checked to be a table of the schema's width."""
+    rows = np.asarray(sample, dtype=object)
+    if rows.size == 0:
+        return rows
+    ndim = 1 if schema.vector else 2
+    if rows.ndim != ndim or (ndim == 2 and rows.shape[1] != len(schema.columns)):
+        raise SchemaError(
+            f"the sample must be a table of rows × {len(schema.columns)} columns, got an array "
+            f"of shape {rows.shape}"
+        )
+    return rows
 
 
 def _methods(estimator: Any, heads: Heads, options: CompileOptions) -> tuple[str, ...]:
@@ -143,15 +210,16 @@ class CompiledModel:
         self.report = traced.report
         self.classes_ = traced.classes
         self.methods = traced.methods
-        self._dtype = np.dtype(options.dtype)
+        self._dtype = np.dtype(traced.input_dtype)
         self._decoders = _decoders(traced)
         if options.backend == "interpreter":
             self._runner = lambda feed: lz.run_program(traced.program, feed)
             self._run_one: Callable[[Any, str], np.ndarray] = lambda feed, m: self._runner(feed)[m]
             stages: tuple[Any, ...] = traced.program.stages
         else:
+            lazy_options = options.lazy_options(float64=declares_float64(traced.program))
             compiled = lz.compile(
-                traced.program, options.lazy_options(), options.cache, warmup=options.warmup
+                traced.program, lazy_options, options.cache, warmup=options.warmup
             )
             self._runner = compiled
             self._run_one = compiled.run_one  # one head: a host plan computes only that head

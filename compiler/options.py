@@ -36,8 +36,11 @@ class CompileOptions:
     warmup: bool = True
     cache: Any = None  # a lazy.ExecutableCache; None: the process-wide default
 
-    def lazy_options(self) -> lz.Options:
-        policy = lz.DTypePolicy.X64 if self.dtype == "float64" else lz.DTypePolicy.X32
+    def lazy_options(self, *, float64: bool = False) -> lz.Options:
+        """The lazy options; ``float64``: the graph declares float64 values that must stay so
+        (decisions exact for float64 inputs in an otherwise float32 graph)."""
+        keep = self.dtype == "float64" or float64
+        policy = lz.DTypePolicy.X64 if keep else lz.DTypePolicy.X32
         return lz.Options(
             backend=self.backend,
             max_batch=self.max_batch,

@@ -26,6 +26,8 @@ class Registration:
     converter: Converter
     methods: tuple[str, ...]
     limits: str
+    #: Where its decisions are made exact and in what precision it computes (docs/operators.md).
+    exactness: str = ""
 
     @property
     def name(self) -> str:
@@ -40,15 +42,16 @@ _REGISTRY: dict[type, Registration] = {}
 
 
 def register(
-    *classes: type, methods: Sequence[str], limits: str = ""
+    *classes: type, methods: Sequence[str], limits: str = "", exactness: str = ""
 ) -> Callable[[Converter], Converter]:
-    """Register ``converter`` for ``classes``; ``methods`` are the heads it can produce."""
+    """Register ``converter`` for ``classes``; ``methods`` are the heads it can produce,
+    ``limits`` what it supports, ``exactness`` how its decisions match the source's."""
 
     def decorate(converter: Converter) -> Converter:
         for cls in classes:
             if cls in _REGISTRY:
                 raise ValueError(f"{cls.__name__} is already registered")
-            _REGISTRY[cls] = Registration(cls, converter, tuple(methods), limits)
+            _REGISTRY[cls] = Registration(cls, converter, tuple(methods), limits, exactness)
         return converter
 
     return decorate

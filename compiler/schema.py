@@ -17,7 +17,6 @@ from typing import Any, Literal, NoReturn
 import numpy as np
 
 from .errors import SchemaError
-from .narrowing import narrow_rounding_down
 
 Kind = Literal["numeric", "categorical", "boolean"]
 
@@ -241,9 +240,8 @@ class InputSchema:
     vocabularies: dict[int, Vocabulary] = field(default_factory=dict)
     #: Columns where the source estimator raises on a missing value; so must the compiled model.
     rejects_nan: frozenset[int] = frozenset()
-    #: Columns narrowed to float32 rounding toward -inf, not to nearest: those only tree splits
-    #: of float64-comparing sources read (``Context.round_down_columns`` says why).
-    round_down: frozenset[int] = frozenset()
+    #: The source takes a 1-D array (LabelEncoder's labels): a 1-D input is its one column.
+    vector: bool = False
 
     @property
     def names(self) -> list[str]:
@@ -277,10 +275,6 @@ class InputSchema:
         ``check_nan=False`` skips the scan for missing values in :attr:`rejects_nan` columns: the
         caller then owes :meth:`check_missing` of ``x`` (say, only when the graph's output shows a
         NaN that such a value would certainly have caused; see :mod:`lazy.nan`)."""
-        if self.round_down and np.dtype(dtype) == np.float32 and not _float32_exact(data):
-            feed, rows = self._to_feed(data, np.float64, check_nan)
-            feed["x"] = narrow_rounding_down(feed["x"], self.round_down)
-            return feed, rows
         return self._to_feed(data, dtype, check_nan)
 
     def _to_feed(self, data: Any, dtype: Any, check_nan: bool) -> tuple[dict[str, np.ndarray], int]:
@@ -402,6 +396,8 @@ class InputSchema:
                     raise SchemaError(f"row {bad} has no column {name!r}") from None
             return out
         array = np.asarray(data, dtype=object if _has_str(data) else None)
+        if self.vector and array.ndim == 1:
+            return [array]
         if array.ndim != 2:
             raise SchemaError(
                 f"expected a 2-D table of rows × {n} columns, got an array of shape {array.shape}"
@@ -409,28 +405,6 @@ class InputSchema:
         if array.shape[1] != n:
             raise SchemaError(f"expected {n} columns ({self.names}), got {array.shape[1]}")
         return [array[:, j] for j in range(n)]
-
-
-def _float32_exact(data: Any) -> bool:
-    """Whether every value of ``data`` (an array or DataFrame) is exactly a float32 by its
-    dtype: then narrowing rounds nothing, and the round-down pass (a float64 copy of the rows
-    and a pass over it: 13 ms for 100k float32 rows × 50 columns, which go as they are) would
-    change no value."""
-    if isinstance(data, np.ndarray):
-        dtypes = [data.dtype]
-    elif hasattr(data, "dtypes") and hasattr(data, "iloc"):  # a pandas DataFrame
-        dtypes = list(data.dtypes)
-    else:
-        return False
-    return all(
-        isinstance(d, np.dtype)
-        and (
-            d.kind == "b"
-            or (d.kind == "f" and d.itemsize <= 4)
-            or (d.kind in "iu" and d.itemsize <= 2)
-        )
-        for d in dtypes
-    )
 
 
 def _has_str(data: Any) -> bool:
@@ -526,22 +500,69 @@ def _booster_width(estimator: Any) -> int | None:
     return None
 
 
+def _booster_names(estimator: Any) -> tuple[list[str], bool] | None:
+    """The column names a native booster records, and whether they are real names (a frame's
+    columns) rather than the library's defaults; None where it records none.
+
+    LightGBM (``Booster.feature_name()``, also under an ``LGBMModel``) always has names: a
+    DataFrame's columns, else ``Column_0``, ``Column_1``, … (defaults: rows are still read by
+    position). XGBoost (``Booster.feature_names``) has them only when it was trained on named
+    data."""
+    module = type(estimator).__module__.split(".")[0]
+    try:
+        if module == "lightgbm":
+            booster = estimator if hasattr(estimator, "feature_name") else estimator.booster_
+            names = [str(n) for n in booster.feature_name()]
+            default = names == [f"Column_{i}" for i in range(len(names))]
+            return (names, not default) if names else None
+        if module == "xgboost" and hasattr(estimator, "feature_names"):  # an xgboost.Booster
+            found = estimator.feature_names
+            return ([str(n) for n in found], True) if found else None
+    except Exception:  # not fitted: the width check below reports it
+        return None
+    return None
+
+
+def _sample_width(estimator: Any, sample: Any) -> int:
+    """The number of columns of a sample table (rows: arrays, lists or dicts)."""
+    if isinstance(sample, Mapping):  # columnar
+        return len(sample)
+    if isinstance(sample, Sequence) and sample and isinstance(sample[0], Mapping):  # dict rows
+        return len(sample[0])
+    shape = np.shape(np.asarray(sample, dtype=object))
+    if len(shape) != 2 or shape[1] == 0:
+        raise SchemaError(
+            f"{type(estimator).__name__} does not record its input width, and the sample (shape "
+            f"{shape}) is not a table of rows × columns to read it from"
+        )
+    return int(shape[1])
+
+
 def schema_for(estimator: Any, sample: Any = None) -> InputSchema:
     """Columns from the fitted estimator (``feature_names_in_``, ``n_features_in_``) and kinds from
     an optional sample (a DataFrame's dtypes)."""
+    from sklearn.preprocessing import LabelEncoder
+
+    if isinstance(estimator, LabelEncoder):  # transform(y): one column of labels, 1-D
+        return InputSchema((Column("y", "categorical"),), named=False, vector=True)
     names = getattr(estimator, "feature_names_in_", None)
+    booster_names = _booster_names(estimator) if names is None else None
     if names is not None:
         cols = [str(n) for n in names]
         named = True
+    elif booster_names is not None:
+        cols, named = booster_names
     else:
         n = getattr(estimator, "n_features_in_", None)
         if n is None:
             n = _booster_width(estimator)
         if n is None and sample is not None:
-            n = np.asarray(sample).shape[1]
+            n = _sample_width(estimator, sample)
         if n is None:
+            unfitted = " (it was never fitted)" if hasattr(estimator, "fit") else ""
             raise SchemaError(
-                f"{type(estimator).__name__} does not record its input width; pass a sample"
+                f"{type(estimator).__name__} does not record its input width{unfitted}; fit it, "
+                "or pass a sample of the table"
             )
         cols = [f"x{i}" for i in range(int(n))]
         named = False

@@ -132,6 +132,7 @@ RULES: dict[Op, Rule] = {
     Op.EXP: _elementwise(np.exp),
     Op.LOG: _elementwise(np.log),
     Op.LOG1P: _elementwise(np.log1p),
+    Op.EXPM1: _elementwise(np.expm1),
     Op.SQRT: _elementwise(np.sqrt),
     Op.TANH: _elementwise(np.tanh),
     Op.SIGMOID: _elementwise(_sigmoid),

@@ -33,6 +33,7 @@ _ELEMENTWISE = frozenset(
         Op.EXP,
         Op.LOG,
         Op.LOG1P,
+        Op.EXPM1,
         Op.SQRT,
         Op.TANH,
         Op.SIGMOID,

@@ -37,6 +37,7 @@ class Op(enum.Enum):
     EXP = "exp"
     LOG = "log"
     LOG1P = "log1p"
+    EXPM1 = "expm1"
     SQRT = "sqrt"
     TANH = "tanh"
     SIGMOID = "sigmoid"
@@ -577,7 +578,18 @@ def _build_table() -> dict[Op, OpSpec]:
     add(Op.INPUT, 0, ("name", "shape", "dtype"), _leaf, "leaf")
     add(Op.PARAM, 0, ("name", "shape", "dtype"), _param, "leaf")
     add(Op.CONST, 0, ("value",), _const, "leaf")
-    for op in (Op.EXP, Op.LOG, Op.LOG1P, Op.SQRT, Op.TANH, Op.SIGMOID, Op.ERF, Op.NDTRI, Op.FLOOR):
+    for op in (
+        Op.EXP,
+        Op.LOG,
+        Op.LOG1P,
+        Op.EXPM1,
+        Op.SQRT,
+        Op.TANH,
+        Op.SIGMOID,
+        Op.ERF,
+        Op.NDTRI,
+        Op.FLOOR,
+    ):
         add(op, 1, (), _float_unary(op), "unary")
     for op in (Op.NEG, Op.ABS):
         add(op, 1, (), _numeric_unary(op), "unary")

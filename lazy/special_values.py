@@ -78,6 +78,7 @@ _RULES: dict[Op, Callable[[Node, list[Special]], Special]] = {
     Op.ABS: lambda n, s: s[0],
     Op.FLOOR: lambda n, s: Special(s[0].nan, s[0].inf, True),
     Op.EXP: lambda n, s: Special(s[0].nan, True, True),
+    Op.EXPM1: lambda n, s: Special(s[0].nan, True, True),
     Op.TANH: lambda n, s: _bounded(s[0]),
     Op.SIGMOID: lambda n, s: _bounded(s[0]),
     Op.ERF: lambda n, s: _bounded(s[0]),

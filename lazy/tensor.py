@@ -308,6 +308,10 @@ def log1p(x: LazyTensor) -> LazyTensor:
     return _apply(Op.LOG1P, x)
 
 
+def expm1(x: LazyTensor) -> LazyTensor:
+    return _apply(Op.EXPM1, x)
+
+
 def sqrt(x: LazyTensor) -> LazyTensor:
     return _apply(Op.SQRT, x)
 
@@ -543,6 +547,7 @@ _UFUNCS: dict[np.ufunc, Op] = {
     np.exp: Op.EXP,
     np.log: Op.LOG,
     np.log1p: Op.LOG1P,
+    np.expm1: Op.EXPM1,
     np.sqrt: Op.SQRT,
     np.tanh: Op.TANH,
     np.floor: Op.FLOOR,

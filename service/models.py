@@ -2,7 +2,8 @@
 
 A version becomes current only once READY, and only then is it committed to the store's manifest:
 a failed registration leaves the store and the serving version untouched (its uploaded blobs are
-unreferenced and collected later). Every READY version has its own batcher and device thread.
+unreferenced and collected later) and gives its version number back, which the next upload gets.
+Every READY version has its own batcher and device thread.
 """
 
 from __future__ import annotations
@@ -99,6 +100,9 @@ class ModelVersion:
     # wins, whichever finishes last.
     generation: int = -1
     failed_loads: int = 0  # consecutive failed reloads of a stored version
+    # The number the store reserved for this upload (ModelStore.next_version): given back if the
+    # registration fails before its commit, so a failed try uses up no version number.
+    reserved: str | None = None
     retry_at: float = 0.0  # time.monotonic() after which a replica sync may retry the reload
 
     def describe(self) -> dict[str, Any]:
@@ -281,7 +285,14 @@ class ModelManager:
             validate_name(upload.version, "version")
         loaded = await loop.run_in_executor(None, self._validate, upload)
         async with self._lock:
-            taken = self._versions.get(upload.name, {})
+            # A registration that failed before its commit holds no version: a new one may take
+            # its name (or number) and replaces it here.
+            taken = {
+                v: mv
+                for v, mv in self._versions.get(upload.name, {}).items()
+                if mv.record is not None or mv.state is not State.FAILED
+            }
+            reserved = None
             if upload.version is not None:
                 version = upload.version
                 if version in taken:
@@ -291,8 +302,10 @@ class ModelManager:
                 stored = int(await loop.run_in_executor(None, self.store.next_version, upload.name))
                 local = max((int(v) for v in taken if v.isdigit()), default=0) + 1
                 version = str(max(stored, local))
+                reserved = str(stored)
             mv = ModelVersion(upload.name, version, loaded.format, upload.filename, upload.options)
             mv.framework = loaded.framework
+            mv.reserved = reserved
             self._versions.setdefault(upload.name, {})[version] = mv
         work = loop.run_in_executor(self._loader, self._build, mv, loaded.estimator, upload)
         self._spawn(self._finish(mv, work))
@@ -305,14 +318,24 @@ class ModelManager:
             filename=upload.filename,
             format=upload.format,
             allow_pickle=upload.pickle_allowed,
+            host_step_modules=self.settings.host_step_modules,
         )
         if loaded.format == "pickle":
             self.metrics.pickle_loads.inc()
             log.warning(
                 "unpickled an upload for model %s", upload.name, extra={"model": upload.name}
             )
-        compiler.trace(loaded.estimator, options=_trace_options(upload.options))
+        compiler.trace(loaded.estimator, options=self._trace_options(upload.options))
         return loaded
+
+    @property
+    def _allow_host_steps(self) -> bool:
+        """Steps the compiler cannot convert run on the host only where the operator trusts
+        modules for them (``host_step_modules``): a server without them compiles everything."""
+        return bool(self.settings.host_step_modules)
+
+    def _trace_options(self, options: ModelOptions) -> compiler.CompileOptions:
+        return _trace_options(options, allow_host_steps=self._allow_host_steps)
 
     def _build(self, mv: ModelVersion, estimator: Any, upload: Upload) -> VersionRecord:
         """Compile, warm, check parity, then store the blobs. Blocking; on the loader thread."""
@@ -381,7 +404,34 @@ class ModelManager:
                 extra={"model": mv.name, "version": mv.version},
             )
             self._stop_executor(mv)
+            if commit and mv.record is None:
+                await self._release_number(mv)
             mv.done.set()
+
+    async def _release_number(self, mv: ModelVersion) -> None:
+        """Give a failed upload's reserved number back to the store (FAILED first, under the
+        lock, so that a registration numbering meanwhile does not count it): the next upload
+        gets it, unless a later one reserved a number meanwhile."""
+        reserved, mv.reserved = mv.reserved, None
+        if reserved is None:
+            return
+        async with self._lock:
+            loop = asyncio.get_running_loop()
+            try:
+                manifest = await loop.run_in_executor(
+                    None, self.store.release_version, mv.name, reserved
+                )
+            except Exception as exc:  # the number stays used; nothing else is wrong
+                log.warning(
+                    "model %s: could not give back version number %s: %s",
+                    mv.name,
+                    reserved,
+                    exc,
+                    extra={"model": mv.name, "version": mv.version},
+                )
+                return
+            if manifest is not None:
+                self._floor = max(self._floor, manifest.generation)
 
     def _compile(self, mv: ModelVersion, estimator: Any, sample: Any) -> None:
         """Compile every bucket (or load it from the disk cache), run it, check parity. Blocking."""
@@ -391,12 +441,13 @@ class ModelManager:
             tree_strategy=opts.tree_strategy,
             methods=tuple(opts.methods) if opts.methods else None,
             max_batch=opts.max_batch or self.settings.max_batch,
+            allow_host_steps=self._allow_host_steps,
             cache=self.cache,
             warmup=True,
         )
         schema_sample = None
         if sample is not None:
-            schema = compiler.trace(estimator, options=_trace_options(opts)).schema
+            schema = compiler.trace(estimator, options=self._trace_options(opts)).schema
             schema_sample = parity.source_input(schema, sample)
         model = compiler.compile(estimator, sample=schema_sample, options=options)
         if schema_sample is not None:
@@ -692,6 +743,7 @@ class ModelManager:
             filename=record.filename,
             format=record.format,
             allow_pickle=record.format == "pickle",
+            host_step_modules=self.settings.host_step_modules,
         )
         mv.framework = loaded.framework
         self._compile(mv, loaded.estimator, sample)
@@ -775,12 +827,15 @@ def _select_outputs(
     return outputs
 
 
-def _trace_options(options: ModelOptions) -> compiler.CompileOptions:
+def _trace_options(
+    options: ModelOptions, *, allow_host_steps: bool = False
+) -> compiler.CompileOptions:
     """Options to trace only (to check support or read the schema): nothing is compiled."""
     return compiler.CompileOptions(
         dtype=options.dtype,
         tree_strategy=options.tree_strategy,
         methods=tuple(options.methods) if options.methods else None,
+        allow_host_steps=allow_host_steps,
         backend="interpreter",
         warmup=False,
     )

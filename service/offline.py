@@ -106,14 +106,26 @@ def compile_file(
     )
     check_rows = source_rows
     source = "sample"
-    if check_rows is None:
-        check_rows = parity.synthesise_rows(
-            model.schema, 64, lambda r: parity.source_accepts(estimator, model.methods, r)
+    try:
+        if check_rows is None:
+            check_rows = parity.synthesise_rows(
+                model.schema, 64, lambda r: parity.source_accepts(estimator, model.methods, r)
+            )
+            source = "synthetic"
+        result = parity.check_parity(
+            estimator, model, check_rows, source=source, rtol=1e-4, atol=1e-5
         )
-        source = "synthetic"
-    result = parity.check_parity(estimator, model, check_rows, source=source, rtol=1e-4, atol=1e-5)
+    except Exception as exc:  # the source refused the rows, or no rows could be made for it
+        _fail(console, f"parity check failed: {type(exc).__name__}: {exc}")
+        return 1
     if not result.ok:
-        console.print(f"[red]parity check failed: {result.problem}[/red]")
+        _fail(console, f"parity check failed on {source} rows: {result.problem}")
         return 1
     console.print(f"parity with the source on {result.rows} {source} rows: ok")
     return 0
+
+
+def _fail(console: Console, message: str) -> None:
+    """One line (not wrapped, no markup read from ``message``), no traceback."""
+    first = (message.strip().splitlines() or [message])[0]  # XGBoost appends a native trace
+    console.print(first, style="red", markup=False, highlight=False, soft_wrap=True)

@@ -69,11 +69,56 @@ def synthesise_rows(
     )
 
 
+def source_method(estimator: Any, method: str) -> Callable[[Any], Any]:
+    """The source estimator's ``method`` as a function of rows (an array or DataFrame).
+
+    An ``xgboost.Booster`` (a JSON / UBJSON upload) predicts only on a ``DMatrix``: the rows are
+    wrapped in one with the booster's feature names and types and ``missing=NaN``, the
+    ``DMatrix`` default that the converter follows. Its ``predict`` head is the transformed
+    output (``output_margin=False``); a ``decision_function`` head would be the raw margin."""
+    if _is_xgboost_booster(estimator):
+        margin = method == "decision_function"
+        return lambda rows: estimator.predict(_dmatrix(estimator, rows), output_margin=margin)
+    return getattr(estimator, method)
+
+
+def _is_xgboost_booster(estimator: Any) -> bool:
+    cls = type(estimator)
+    return cls.__name__ == "Booster" and cls.__module__.split(".")[0] == "xgboost"
+
+
+def _dmatrix(booster: Any, rows: Any) -> Any:
+    """``rows`` as the ``DMatrix`` ``booster`` reads: its feature names in order (a DataFrame's
+    columns by name), categorical features (type ``c``) as pandas categories, missing values
+    NaN."""
+    import xgboost
+
+    names, types = booster.feature_names, booster.feature_types
+    categorical = bool(types) and "c" in types
+    data = rows
+    if hasattr(rows, "columns") and names:
+        data = rows[list(names)]
+        if categorical:
+            data = data.copy()
+            for column, kind in zip(data.columns, types, strict=True):
+                if kind == "c" and data[column].dtype.kind not in "fiub":
+                    data[column] = data[column].astype("category")
+    elif not categorical:  # by position: float64, None and NaN missing
+        data = np.asarray(rows, dtype=np.float64)
+    return xgboost.DMatrix(
+        data,
+        missing=np.nan,
+        feature_names=list(names) if names else None,
+        feature_types=list(types) if types else None,
+        enable_categorical=categorical,
+    )
+
+
 def source_accepts(estimator: Any, methods: Sequence[str], rows: Any) -> bool:
     """Whether every method of the source estimator runs on ``rows`` without raising."""
     try:
         for method in methods:
-            getattr(estimator, method)(rows)
+            source_method(estimator, method)(rows)
     except Exception:  # the source refuses these rows (e.g. negative input to a log)
         return False
     return True
@@ -99,6 +144,10 @@ def source_input(schema: compiler.InputSchema, sample: Any) -> Any:
             return pd.DataFrame(sample, columns=schema.names)
         return pd.DataFrame(np.asarray(sample, dtype=object), columns=schema.names).infer_objects()
     if isinstance(sample, (list, dict)) and not schema.named:
+        if isinstance(sample, dict) or (sample and isinstance(sample[0], dict)):
+            import pandas as pd  # dict rows or columns by the schema's names, in its order
+
+            return pd.DataFrame(sample, columns=schema.names).to_numpy(dtype=np.float64)
         return np.asarray(sample, dtype=np.float64)
     return sample
 
@@ -117,7 +166,7 @@ def check_parity(
     results: list[MethodParity] = []
     problems: list[str] = []
     compiled = {m: side_by_side(v) for m, v in model.outputs(rows).items()}
-    expected = {m: side_by_side(getattr(estimator, m)(rows)) for m in model.methods}
+    expected = {m: side_by_side(source_method(estimator, m)(rows)) for m in model.methods}
     scores = next(
         (expected[m] for m in ("predict_proba", "decision_function") if m in expected), None
     )

@@ -6,13 +6,16 @@ Only the service reads settings; ``compiler`` and ``lazy`` take options as argum
 from __future__ import annotations
 
 import ipaddress
+import json
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MiB = 1 << 20
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 class Settings(BaseSettings):
@@ -47,6 +50,13 @@ class Settings(BaseSettings):
     )
     allow_unauthenticated_management: bool = Field(
         False, description="serve management routes without a token on a non-loopback address"
+    )
+    host_step_modules: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="modules whose functions and classes skops uploads may reference, run as "
+        "host steps between compiled segments (code of these modules runs on the server: list "
+        "only modules you trust); a JSON list or comma-separated names, e.g. "
+        "'my_features,my_pkg.transforms'; empty: no host steps",
     )
     max_body_bytes: int = Field(64 * MiB, gt=0, description="largest scoring request body")
     max_upload_bytes: int = Field(512 * MiB, gt=0, description="largest model upload")
@@ -102,6 +112,21 @@ class Settings(BaseSettings):
     @classmethod
     def _empty_disables(cls, value: object) -> object:
         return None if value in ("", None) else value
+
+    @field_validator("host_step_modules", mode="before")
+    @classmethod
+    def _module_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            value = json.loads(text) if text.startswith("[") else text.split(",")
+        if isinstance(value, list | tuple):
+            names = [v.strip() if isinstance(v, str) else v for v in value]
+            names = [v for v in names if v != ""]
+            for name in names:
+                if not isinstance(name, str) or not _MODULE_NAME.fullmatch(name):
+                    raise ValueError(f"{name!r} is not a module name (dotted identifiers)")
+            return names
+        return value
 
     @model_validator(mode="after")
     def _adaptive_needs_a_ceiling(self) -> Settings:

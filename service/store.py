@@ -577,8 +577,9 @@ class ModelStore:
         except StoreCorruptionError as exc:
             raise StoreCorruptionError(f"{path}: {exc}") from exc
 
-    def _mutate(self, change: Callable[[Manifest], None]) -> Manifest:
+    def _mutate(self, change: Callable[[Manifest], bool | None]) -> Manifest:
         """Load, apply ``change``, bump the generation and write — under the process lock.
+        A ``change`` that returns False changed nothing: nothing is written.
 
         ``manifest.prev.json`` gets the manifest as loaded (re-serialized, so a corrupt file is
         never copied), then ``manifest.json`` the new one; each write is atomic, so a crash at
@@ -587,7 +588,8 @@ class ModelStore:
         with _MUTATION_LOCK:
             manifest = self.load_manifest()
             before = manifest.to_bytes()
-            change(manifest)
+            if change(manifest) is False:
+                return manifest
             manifest.generation += 1
             self._write(self._path(PREV_MANIFEST_FILE), before)
             self._write(self._path(MANIFEST_FILE), manifest.to_bytes())
@@ -597,7 +599,8 @@ class ModelStore:
 
     def next_version(self, name: str) -> str:
         """Reserve the next version number of ``name``: "1", "2", … never reused, even after
-        versions or the whole model were deleted, or the process crashed before committing.
+        versions or the whole model were deleted, or the process crashed before committing. An
+        upload that fails before its commit gives its number back (:meth:`release_version`).
 
         The reservation is written to the manifest (one manifest write), because the number is
         promised to the client at once (202) while the version compiles: a restart must not hand
@@ -623,6 +626,42 @@ class ModelStore:
 
         self._mutate(change)
         return str(reserved[0])
+
+    def release_version(self, name: str, version: str) -> Manifest | None:
+        """Give back a number :meth:`next_version` reserved for an upload that failed before it
+        was committed, so that the next upload gets it: a failed registration uses no number.
+
+        Only while it is still the last number handed out (no later reservation, by this process
+        or another replica, and nothing committed under it): numbers stay increasing and are
+        never reused by anything a cache or replica has seen. Returns the manifest written, or
+        None where the number stays taken (then nothing is written).
+        """
+        validate_name(name)
+        number = _version_number(validate_name(version, "version"))
+        if number is None:
+            return None
+        released: list[bool] = []
+
+        def change(manifest: Manifest) -> bool:
+            entry = manifest.models.get(name)
+            if entry is not None:
+                if version in entry.versions or entry.next_version != number + 1:
+                    return False
+                entry.next_version = number
+            elif manifest.retired.get(name) == number + 1:
+                if number > 1:
+                    manifest.retired[name] = number
+                else:  # 1 is every new name's first number
+                    del manifest.retired[name]
+            else:
+                return False
+            if self._reserved.get(name) == number:  # change() runs under _MUTATION_LOCK
+                self._reserved[name] = number - 1
+            released.append(True)
+            return True
+
+        manifest = self._mutate(change)
+        return manifest if released else None
 
     def commit(self, record: VersionRecord, make_current: bool = True) -> Manifest:
         """Add ``record`` to the manifest (optionally as current) and return the new manifest.

@@ -1,10 +1,11 @@
-"""Centroid clustering: KMeans and MiniBatchKMeans (nearest center; distances to the centers)."""
+"""Centroid clustering: KMeans and MiniBatchKMeans (nearest center; distances to the centers),
+MeanShift (nearest center)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sklearn.cluster import KMeans, MiniBatchKMeans
+from sklearn.cluster import KMeans, MeanShift, MiniBatchKMeans
 
 import lazy as lz
 
@@ -25,3 +26,17 @@ def kmeans(est: Any, features: Features, ctx: Context) -> Heads:
         features.values, ctx.param(est.cluster_centers_, "cluster_centers_")
     )
     return Heads({"predict": lz.argmax(-squared, axis=1), "transform": lz.sqrt(squared)})
+
+
+@register(
+    MeanShift,
+    methods=("predict",),
+    limits="predict: the nearest of cluster_centers_ (the first on ties), whatever cluster_all",
+)
+def mean_shift(est: Any, features: Features, ctx: Context) -> Heads:
+    # scikit-learn: pairwise_distances_argmin(X, cluster_centers_); labels_ of the training rows
+    # (cluster_all=False: -1 for orphans) are fitting's, not predict's.
+    squared = squared_distances(
+        features.values, ctx.param(est.cluster_centers_, "cluster_centers_")
+    )
+    return Heads({"predict": lz.argmax(-squared, axis=1)})

@@ -1,4 +1,4 @@
-"""Categorical encoders: one-hot and ordinal, on host-made codes of raw input columns.
+"""Categorical encoders: one-hot, ordinal and label, on host-made codes of raw input columns.
 
 The host maps each raw value to its index in ``categories_[i]`` (one extra code for unknown values,
 or an error with ``handle_unknown='error'``); the device then looks the code up in a small table of
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from sklearn.preprocessing import OneHotEncoder, OrdinalEncoder
+from sklearn.preprocessing import LabelEncoder, OneHotEncoder, OrdinalEncoder
 
 import lazy as lz
 
@@ -112,3 +112,16 @@ def ordinal_encoder(est: Any, features: Features, ctx: Context) -> Heads:
     index = stacked + ctx.const(np.asarray(offsets, np.int32), "int32")
     flat = ctx.param(np.concatenate(tables), "ordinal_table")
     return Heads({"transform": lz.take(flat, index, axis=0)})
+
+
+@register(
+    LabelEncoder,
+    methods=("transform",),
+    limits="a 1-D array of labels (or a one-column table) in, int32 codes out; an unseen label "
+    "is an error, as in scikit-learn",
+)
+def label_encoder(est: Any, features: Features, ctx: Context) -> Heads:
+    # transform(y): the label's index in the sorted classes_, one code per row (B,).
+    vocabulary = Vocabulary(tuple(np.asarray(est.classes_).tolist()), unknown=None)
+    vocabulary = with_fill(vocabulary, features.sources[0], ctx.path)
+    return Heads({"transform": ctx.codes(features, 0, vocabulary)})

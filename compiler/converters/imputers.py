@@ -12,7 +12,7 @@ import lazy as lz
 
 from ..context import Context
 from ..errors import UnsupportedError
-from ..features import Features, Heads
+from ..features import ColumnMap, Features, Heads
 from ..registry import register, unsupported_param
 from .provenance import filled
 
@@ -65,6 +65,7 @@ def missing_indicator(est: Any, features: Features, ctx: Context) -> Heads:
 @register(
     SimpleImputer,
     methods=("transform",),
+    exactness="a NaN fill is folded into the decisions that read it (they see the raw column)",
     limits="every strategy; `add_indicator`, `keep_empty_features`; non-numeric (string) columns "
     "with missing_values=NaN only feed a following encoder, which codes missing values as the "
     "fill value on the host",
@@ -83,10 +84,11 @@ def simple_imputer(est: Any, features: Features, ctx: Context) -> Heads:
         # the fill is cast to the fitted dtype first (an int column's mean is truncated)
         fills = statistics.astype(est._fill_dtype).astype(np.float64)
         values = lz.where(mask, ctx.param(fills, "statistics_"), features.values)
-        sources = features.sources
+        sources, maps = features.sources, ()
         if np.isnan(_numeric_marker(est)):
             sources = tuple(filled(s, f) for s, f in zip(sources, fills.tolist(), strict=True))
-        out = Features(values, sources)
+            maps = _filled_maps(features, fills)
+        out = Features(values, sources, maps)
     out = out.select(keep)
     if est.add_indicator:
         if est._fit_dtype.kind == "O":
@@ -94,6 +96,17 @@ def simple_imputer(est: Any, features: Features, ctx: Context) -> Heads:
         flags = indicator(est.indicator_, missing_mask(est, features, ctx), ctx)
         out = Features.concat([out, Features.derived(flags)])
     return Heads.transformed(out)
+
+
+def _filled_maps(features: Features, fills: np.ndarray) -> tuple[ColumnMap | None, ...]:
+    """The exact maps of computed columns after their NaN become ``fills`` (verbatim columns
+    carry the fill in their :class:`~.provenance.Filled` source instead)."""
+    if not features.maps:
+        return ()
+    return tuple(
+        None if m is None else m.then(lambda v, f=float(f): np.where(np.isnan(v), f, v), fill=True)
+        for m, f in zip(features.maps, fills.tolist(), strict=True)
+    )
 
 
 def _fill_on_host(est: Any, features: Features, ctx: Context) -> Features:

@@ -13,8 +13,8 @@ when early stopping recorded it). LightGBM predicting from a dense matrix decide
 Folded into the normalized ensemble: ``None`` nodes send NaN where 0.0 goes; ``Zero`` nodes read a
 derived copy of their column with zeros (and NaN) as NaN; a categorical node reads a derived
 column that is 0 inside its category set and 1 outside, split at 0.5. Decisions compare float64
-like HistGradientBoosting: exact in a float64 graph; in a float32 graph exact for every
-float32-representable input (float64 inputs that are not may round across a threshold).
+like HistGradientBoosting: on the raw float64 columns (:mod:`compiler.trees.folding`), exact
+for every float64 input in float32 graphs too.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from ..context import Context
 from ..errors import UnsupportedError
 from ..features import Features, Heads
 from ..registry import register
-from ..trees import Ensemble, leaf_sum
+from ..trees import Ensemble, leaf_sum_on
+from ..trees.folding import FLOAT64_SPLITS
 from ._gbdt import TreeBuilder
 
 #: LightGBM's kZeroThreshold: a float literal (1e-35f) held in a double.
@@ -205,8 +206,19 @@ def _booster_output(booster: Any, features: Features, ctx: Context) -> lz.LazyTe
     parsed = _parse(dump, features.width)
     x = _decision_columns(features.values, parsed, ctx)
     ctx.note(f"objective: {objective.name}")
-    ctx.tree_decisions_on(features, float64=True)  # LightGBM compares doubles
-    return _transform(leaf_sum(parsed.ensemble, x, ctx), objective)
+    # LightGBM compares doubles: the input columns' splits fold onto the raw float64 columns
+    # (through the zero band where a threshold lies in it); derived columns are read as computed.
+    maps = features.column_maps()
+    if parsed.rounds_zero:
+        maps = tuple(None if m is None else m.then(_zero_band) for m in maps)
+    derived = int(x.shape[1]) - features.width
+    decision = Features(x, (None,) * int(x.shape[1]), maps + (None,) * derived)
+    return _transform(leaf_sum_on(parsed.ensemble, decision, ctx), objective)
+
+
+def _zero_band(v: np.ndarray) -> np.ndarray:
+    """LightGBM's reading of a dense value: ``|x| <= kZeroThreshold`` is 0.0 (non-decreasing)."""
+    return np.where(np.abs(v) <= ZERO, 0.0, v)
 
 
 def _squeeze(out: lz.LazyTensor) -> lz.LazyTensor:
@@ -216,22 +228,32 @@ def _squeeze(out: lz.LazyTensor) -> lz.LazyTensor:
 _LIMITS = (
     "objectives: " + ", ".join(OBJECTIVES) + " (reg_sqrt too); numerical and categorical "
     "(integer-coded) splits; NaN, zero-as-missing and no-missing semantics; not linear trees or "
-    "pandas categorical columns; float32 graphs exact for float32 inputs, and for float64 inputs "
-    "but those strictly between a threshold and the next float32 (inputs are rounded down)"
+    "pandas categorical columns"
 )
 
 
-@register(lightgbm.Booster, methods=("predict",), limits=_LIMITS)
+@register(lightgbm.Booster, methods=("predict",), limits=_LIMITS, exactness=FLOAT64_SPLITS)
 def lightgbm_booster(booster: Any, features: Features, ctx: Context) -> Heads:
     return Heads({"predict": _squeeze(_booster_output(booster, features, ctx))})
 
 
-@register(lightgbm.LGBMRegressor, lightgbm.LGBMRanker, methods=("predict",), limits=_LIMITS)
+@register(
+    lightgbm.LGBMRegressor,
+    lightgbm.LGBMRanker,
+    methods=("predict",),
+    limits=_LIMITS,
+    exactness=FLOAT64_SPLITS,
+)
 def lightgbm_regressor(est: Any, features: Features, ctx: Context) -> Heads:
     return lightgbm_booster(est.booster_, features, ctx)
 
 
-@register(lightgbm.LGBMClassifier, methods=("predict", "predict_proba"), limits=_LIMITS)
+@register(
+    lightgbm.LGBMClassifier,
+    methods=("predict", "predict_proba"),
+    limits=_LIMITS,
+    exactness=FLOAT64_SPLITS,
+)
 def lightgbm_classifier(est: Any, features: Features, ctx: Context) -> Heads:
     out = _booster_output(est.booster_, features, ctx)
     if out.shape[1] == 1:

@@ -20,11 +20,15 @@ from ..errors import UnsupportedError
 from ..features import Features, Heads
 from ..registry import register, unsupported_param
 
-_METRICS = "euclidean / l2, manhattan / cityblock / l1, chebyshev / infinity, minkowski (any p)"
+_METRICS = (
+    "euclidean / l2, manhattan / cityblock / l1, chebyshev / infinity, minkowski (any p), "
+    "seuclidean (metric_params V), mahalanobis (metric_params VI or V)"
+)
 _LIMITS = (
     f"metrics {_METRICS}; weights 'uniform' / 'distance'; brute force, (B, n_train, n_features) "
-    "work per batch. Neighbours at exactly equal distances are taken in training order; "
-    "scikit-learn's trees and heaps may order such ties differently"
+    "work per batch. Neighbours at exactly equal distances are taken in training order, as "
+    "scikit-learn's brute force does for one neighbour; of a tie across the k-th place its trees, "
+    "heaps (by thread layout) and np.argpartition (mahalanobis, float32 rows) may keep others"
 )
 
 
@@ -35,9 +39,15 @@ def _reduced_distance(est: Any, x: lz.LazyTensor, ctx: Context) -> tuple[lz.Lazy
     p = params.pop("p", None)
     if params.get("w", "absent") is None:
         params.pop("w")  # minkowski's default: unweighted
+    weighting = _metric_matrix(est, metric, params)  # seuclidean / mahalanobis
     if not isinstance(metric, str) or params:
-        raise unsupported_param(est, "metric", est.metric, f"{_METRICS}, without metric_params")
+        raise unsupported_param(est, "metric", est.metric, f"{_METRICS}, without other params")
     diff = lz.expand_dims(x, 1) - ctx.param(est._fit_X, "_fit_X")  # (B, n_train, F)
+    if metric == "seuclidean":  # DistanceMetric's SEuclidean: sum(d**2 / V), then its sqrt
+        return lz.sum(diff * diff / ctx.param(weighting, "V"), axis=2), lz.sqrt
+    if metric == "mahalanobis":  # d' VI d as DistanceMetric sums it: sum_i (VI d)_i d_i
+        vi_d = diff @ ctx.param(weighting.T, "VI_T")  # (B, n_train, F)
+        return lz.sum(vi_d * diff, axis=2), lz.sqrt
     if metric == "minkowski" and p in (1, 2, math.inf):
         metric = {1: "manhattan", 2: "euclidean", math.inf: "chebyshev"}[p]
     if metric in ("euclidean", "l2"):
@@ -49,6 +59,32 @@ def _reduced_distance(est: Any, x: lz.LazyTensor, ctx: Context) -> tuple[lz.Lazy
     if metric == "minkowski" and p is not None and p > 0:
         return lz.sum(abs(diff) ** float(p), axis=2), lambda d: d ** (1.0 / float(p))
     raise unsupported_param(est, "metric", metric, _METRICS)
+
+
+def _metric_matrix(est: Any, metric: Any, params: dict[str, Any]) -> Any:
+    """seuclidean's variances V / mahalanobis' VI, taken out of ``params`` (float64, checked
+    against the training width); None for other metrics. Without them scipy estimates them from
+    each call's rows, which no compiled model can match: refused."""
+    if metric not in ("seuclidean", "mahalanobis"):
+        return None
+    width = int(est._fit_X.shape[1])
+    if metric == "seuclidean":
+        if "V" not in params:
+            raise unsupported_param(est, "metric", metric, "seuclidean with metric_params V")
+        v = np.asarray(params.pop("V"), dtype=np.float64)
+        if v.shape != (width,):
+            raise UnsupportedError(f"seuclidean V has shape {v.shape}, expected ({width},)")
+        return v
+    if "VI" in params:
+        vi = np.asarray(params.pop("VI"), dtype=np.float64)
+        params.pop("V", None)  # DistanceMetric ignores V when VI is given
+    elif "V" in params:
+        vi = np.linalg.inv(np.asarray(params.pop("V"), dtype=np.float64))  # as DistanceMetric
+    else:
+        raise unsupported_param(est, "metric", metric, "mahalanobis with metric_params VI or V")
+    if vi.shape != (width, width):
+        raise UnsupportedError(f"mahalanobis VI has shape {vi.shape}, expected {(width, width)}")
+    return vi
 
 
 def nearest(est: Any, x: lz.LazyTensor, ctx: Context) -> list[tuple[lz.LazyTensor, lz.LazyTensor]]:

@@ -20,42 +20,82 @@ import lazy as lz
 
 from ..context import Context
 from ..errors import UnsupportedError
-from ..features import Features, Heads
+from ..features import Features, Heads, Step
 from ..registry import register, unsupported_param
 
+#: A per-column non-decreasing map: replayed in float64 for the decisions that read it.
+FOLDED = "folded into the tree splits, bin edges and knots that read it (exact for float64 inputs)"
 
-@register(StandardScaler, methods=("transform",), limits="dense input")
+
+@register(StandardScaler, methods=("transform",), limits="dense input", exactness=FOLDED)
 def standard_scaler(est: Any, features: Features, ctx: Context) -> Heads:
+    center = est.mean_ if est.with_mean else None
+    scale = est.scale_ if est.with_std else None
+    return _center_and_scale(features, center, scale, ctx)
+
+
+def _center_and_scale(features: Features, center: Any, scale: Any, ctx: Context) -> Heads:
+    """``(x - center) / scale`` as scikit-learn computes it (either may be None: skipped)."""
     x = features.values
-    if est.with_mean:
-        x = x - ctx.param(est.mean_, "mean_")
-    if est.with_std:
-        x = x / ctx.param(est.scale_, "scale_")
-    return Heads({"transform": x})
+    if center is not None:
+        x = x - ctx.param(center, "center")
+    if scale is not None:
+        x = x / ctx.param(scale, "scale_")
+    c = None if center is None else np.asarray(center, np.float64)
+    s = None if scale is None else np.asarray(scale, np.float64)
+
+    def replay(j: int) -> Step:  # non-decreasing: scale_ > 0 (zero variances are scaled by 1)
+        def step(v: np.ndarray) -> np.ndarray:
+            if c is not None:
+                v = v - c[j]
+            return v if s is None else v / s[j]
+
+        return step
+
+    return Heads.transformed(features.mapped(x, replay))
 
 
-@register(MinMaxScaler, methods=("transform",), limits="`clip`")
+@register(MinMaxScaler, methods=("transform",), limits="`clip`", exactness=FOLDED)
 def min_max_scaler(est: Any, features: Features, ctx: Context) -> Heads:
     x = features.values * ctx.param(est.scale_, "scale_") + ctx.param(est.min_, "min_")
+    low, high = (float(v) for v in est.feature_range)
     if est.clip:  # np.clip: NaN stays NaN, as with maximum/minimum
-        low, high = (float(v) for v in est.feature_range)
         x = lz.minimum(lz.maximum(x, low), high)
-    return Heads({"transform": x})
+    scale, shift = np.asarray(est.scale_, np.float64), np.asarray(est.min_, np.float64)
+
+    def replay(j: int) -> Step | None:
+        if not scale[j] > 0:  # a reversed or degenerate range is not non-decreasing
+            return None
+
+        def step(v: np.ndarray) -> np.ndarray:
+            v = v * scale[j] + shift[j]
+            return np.clip(v, low, high) if est.clip else v
+
+        return step
+
+    return Heads.transformed(features.mapped(x, replay))
 
 
-@register(MaxAbsScaler, methods=("transform",), limits="dense input")
+@register(MaxAbsScaler, methods=("transform",), limits="dense input; `clip`", exactness=FOLDED)
 def max_abs_scaler(est: Any, features: Features, ctx: Context) -> Heads:
-    return Heads({"transform": features.values / ctx.param(est.scale_, "scale_")})
+    heads = _center_and_scale(features, None, est.scale_, ctx)
+    if not getattr(est, "clip", False):
+        return heads
+    x = lz.minimum(lz.maximum(heads.outputs["transform"], -1.0), 1.0)  # NaN stays NaN
+    clipped = Features(x, heads.features().sources, heads.maps)
+    return Heads.transformed(clipped.mapped(x, lambda j: lambda v: np.clip(v, -1.0, 1.0)))
 
 
-@register(RobustScaler, methods=("transform",), limits="`with_centering`, `with_scaling`")
+@register(
+    RobustScaler,
+    methods=("transform",),
+    limits="`with_centering`, `with_scaling`",
+    exactness=FOLDED,
+)
 def robust_scaler(est: Any, features: Features, ctx: Context) -> Heads:
-    x = features.values
-    if est.with_centering:
-        x = x - ctx.param(est.center_, "center_")
-    if est.with_scaling:
-        x = x / ctx.param(est.scale_, "scale_")
-    return Heads({"transform": x})
+    center = est.center_ if est.with_centering else None
+    scale = est.scale_ if est.with_scaling else None
+    return _center_and_scale(features, center, scale, ctx)
 
 
 #: ``_handle_zeros_in_scale``: a row norm below this (10 float64 eps) divides by 1 instead.
@@ -115,7 +155,7 @@ def function_transformer(est: Any, features: Features, ctx: Context) -> Heads:
     try:
         with np.errstate(all="ignore"):
             out = est.func(features.values, **(est.kw_args or {}))
-    except (lz.ConcretizationError, TypeError, lz.ShapeError) as exc:
+    except Exception as exc:  # arbitrary Python on lazy values: whatever it raises
         raise UnsupportedError(
             f"FunctionTransformer(func={getattr(est.func, '__name__', est.func)!r}) is not made "
             f"of recognisable numpy ufuncs ({exc.__class__.__name__}); allow host steps to run it "

@@ -2,23 +2,31 @@
 
 scikit-learn averages ``np.interp`` ascending and descending (so repeated quantiles map to the
 middle of their references). Ascending, ``np.interp`` uses the segment after the *last* quantile
-<= x; descending, the segment before the *first* quantile >= x. Both are found by exact per-column
-counts (:mod:`._sorted`), so only the within-segment arithmetic is rounded.
+<= x; descending, the segment before the *first* quantile >= x. Both are per-column counts, and
+every comparison with a quantile or bound is decided exactly as scikit-learn decides it for float64
+rows (:class:`.discretization.ExactTests`: on the raw float64 column, through preceding scalers
+and imputers). That matters: quantiles of repeated values (binary, integer, rounded columns) are
+those values, rows sit exactly on them, and the answer jumps there — from one end of the tied
+references to their middle to the other end — while e.g. 0.1 rounded to float32 lies above 0.1.
+Only the within-segment arithmetic is rounded: the distance to the segment's end in float64
+where the row is read raw, and on a quantile the fraction is set exactly (0 or 1).
 
 - ``uniform``: rows equal to the fitted minimum map to 0 and to the maximum to 1.
-- ``normal``: rows within ``BOUNDS_THRESHOLD`` of the fitted minimum (``x - 1e-7 < q[0]``) map
-  to 0, of the maximum to 1; then ``norm.ppf`` (the IR's NDTRI), clipped to the ppf of
+- ``normal``: rows within ``BOUNDS_THRESHOLD`` of the fitted minimum (``x - 1e-7 < q[0]``, in
+  float64) map to 0, of the maximum (``x + 1e-7 > q[-1]``) to 1; then ``norm.ppf`` (the IR's NDTRI), clipped to the ppf of
   ``1e-7 - eps`` and ``1 - (1e-7 - eps)`` (so 0 and 1 land on the clip values). ppf is steep in
   both tails, so float32 needs the uniform value with its *relative* precision there: the lower
   half reads ``ppf(y)`` with y computed from each segment's lower reference, the upper half
   ``-ppf(1 - y)`` with ``1 - y`` interpolated directly from the references ``1 - r`` (linear
   interpolation commutes with that map) and computed from each segment's upper end. Neither
   cancels, and the result stays within a few float32 ulp in both tails.
+
+Limits: a column no map describes (a projection's output) is compared as the graph computed it;
+subnormal inputs are flushed to zero by XLA.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -31,7 +39,8 @@ import lazy as lz
 from ..context import Context
 from ..features import Features, Heads
 from ..registry import register, unsupported_param
-from ._sorted import count_at_most, count_below, per_column, rounded
+from ._sorted import per_column
+from .discretization import ExactTests, above, at_least
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -61,46 +70,66 @@ def _reference_tables(r: np.ndarray, f: int, from_left: bool) -> tuple[np.ndarra
 
 
 class _Interpolation:
-    """``np.interp`` of every column of ``x`` over its quantiles onto reference vectors.
+    """``np.interp`` of every column of ``v`` over its quantiles onto reference vectors.
 
-    ``ascending`` picks ``np.interp``'s segment: after the last quantile <= x, or (descending,
-    as scikit-learn's mirrored call) before the first quantile >= x; both are exact counts.
+    ``ascending`` picks ``np.interp``'s segment: after the last quantile <= v, or (descending,
+    as scikit-learn's mirrored call) before the first quantile >= v; both are counts decided
+    exactly as scikit-learn does for float64 rows (:class:`.discretization.ExactTests`).
     ``from_left`` picks the end the value is computed from, ``r[c-1] + f · rise`` or
     ``r[c] - f · rise``: the same number, but only the end whose reference is nearer 0 keeps
     its relative precision near 0. Counts and fractions are shared by every reference vector.
     """
 
-    def __init__(self, x: lz.LazyTensor, q: np.ndarray, ctx: Context) -> None:
-        self.x, self.q, self.ctx = x, q, ctx
+    def __init__(self, features: Features, q: np.ndarray, ctx: Context) -> None:
+        self.q, self.ctx = q, ctx
+        self.tests = ExactTests(features, ctx)
+        # the value the fractions are computed from: the raw float64 row where it is v itself
+        self.x = self.tests.source_values(features.values)
         self._counts: dict[bool, lz.LazyTensor] = {}
         self._fractions: dict[tuple[bool, bool], lz.LazyTensor] = {}
 
     def _count(self, ascending: bool) -> lz.LazyTensor:
         if ascending not in self._counts:
-            count = count_at_most if ascending else count_below
-            name = "quantiles_le" if ascending else "quantiles_lt"
-            self._counts[ascending] = count(self.x, self.q, self.ctx, name)
+            test, name = (at_least, "quantiles_le") if ascending else (above, "quantiles_lt")
+            self._counts[ascending] = self.tests.count(self.q, test, name)
         return self._counts[ascending]
 
     def _fraction(self, ascending: bool, from_left: bool) -> lz.LazyTensor:
-        """The fraction of the segment between its anchor end and x, in [0, 1]."""
+        """The fraction of the segment between its anchor end and v, in [0, 1]."""
         key = (ascending, from_left)
         if key not in self._fractions:
             x, ctx, count = self.x, self.ctx, self._count(ascending)
             anchor_q, inverse_width = _quantile_tables(self.q, from_left)
             name = f"{'asc' if ascending else 'desc'}_{'left' if from_left else 'right'}"
-            # the anchor as float32 hi + lo: x - hi is exact near the anchor (Sterbenz), so a
-            # float32 x a few ulp from a quantile gets the right fraction of a narrow segment
-            hi = anchor_q.astype(ctx.dtype).astype(np.float64)
-            start = per_column(count, hi, ctx, f"{name}_quantile")
-            distance = (x - start) if from_left else (start - x)
-            if np.any(anchor_q != hi):
-                lo = per_column(count, anchor_q - hi, ctx, f"{name}_quantile_lo")
-                distance = distance - lo if from_left else distance + lo
+            if x.dtype == "float64":
+                # float64 rows: the distance to the anchor in float64, then the graph's dtype
+                start = _gather(count, anchor_q, ctx, f"{name}_quantile", "float64")
+                distance = (x - start) if from_left else (start - x)
+                if ctx.dtype != "float64":
+                    distance = lz.cast(distance, ctx.dtype)
+            else:
+                # the anchor as float32 hi + lo: x - hi is exact near the anchor (Sterbenz), so
+                # a float32 x a few ulp from a quantile gets the right fraction of a narrow
+                # segment
+                hi = anchor_q.astype(x.dtype).astype(np.float64)
+                start = _gather(count, hi, ctx, f"{name}_quantile", x.dtype)
+                distance = (x - start) if from_left else (start - x)
+                if np.any(anchor_q != hi):
+                    lo = _gather(count, anchor_q - hi, ctx, f"{name}_quantile_lo", x.dtype)
+                    distance = distance - lo if from_left else distance + lo
             scale = per_column(count, inverse_width, ctx, f"{name}_inverse_width")
             # clipped: the rounded anchor may sit past x
-            self._fractions[key] = lz.minimum(lz.maximum(distance * scale, 0.0), 1.0)
+            fraction = lz.minimum(lz.maximum(distance * scale, 0.0), 1.0)
+            # On a quantile (decided exactly), v is the segment's lower end ascending, its upper
+            # end descending: the fraction is exact there whatever rounding v had (a scaler's
+            # output in float32 is a few ulp off, and segments between ties can be narrower).
+            on_end = 0.0 if ascending == from_left else 1.0
+            self._fractions[key] = lz.where(self._on_quantile(), on_end, fraction)
         return self._fractions[key]
+
+    def _on_quantile(self) -> lz.LazyTensor:
+        """(B, F) bool: whether v equals one of its column's quantiles."""
+        return self._count(True) > self._count(False)
 
     def __call__(
         self, r: np.ndarray, name: str, *, ascending: bool, from_left: bool
@@ -113,27 +142,27 @@ class _Interpolation:
         return base + change if from_left else base - change
 
 
-def _equals(x: lz.LazyTensor, value: np.ndarray, ctx: Context) -> lz.LazyTensor:
-    """``x == value`` (float64 values): never true for an unrepresentable value."""
-    up = ctx.param(rounded(value, ctx, "up"), "equals_up", dtype=ctx.dtype)
-    down = ctx.param(rounded(value, ctx, "down"), "equals_down", dtype=ctx.dtype)
-    return (x >= up) & (x <= down)
+def _gather(
+    index: lz.LazyTensor, table: np.ndarray, ctx: Context, name: str, dtype: str
+) -> lz.LazyTensor:
+    """:func:`per_column` with the table in ``dtype``."""
+    n = table.shape[1]
+    offsets = ctx.const(np.arange(table.shape[0], dtype=np.int32) * n, "int32")
+    return lz.take(ctx.param(table.reshape(-1), name, dtype=dtype), index + offsets, axis=0)
 
 
-def _first(holds: Callable[[np.ndarray], np.ndarray], guess: np.ndarray, dtype: str) -> np.ndarray:
-    """Per column the smallest value of ``dtype`` where ``holds`` (false below some value, true
-    from it on), searched from ``guess`` one value of ``dtype`` at a time."""
-    v = np.asarray(guess, np.float64).astype(dtype)
-    up, down = np.array(np.inf, dtype), np.array(-np.inf, dtype)
-    while not (ok := holds(v.astype(np.float64))).all():
-        v = np.where(ok, v, np.nextafter(v, up))
-    while (earlier := holds((below := np.nextafter(v, down)).astype(np.float64))).any():
-        v = np.where(earlier, below, v)
-    return v
+def _bound_low(v: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Not scikit-learn's ``v - BOUNDS_THRESHOLD < q[0]`` (an up-set of v)."""
+    return v - BOUNDS_THRESHOLD >= e
 
 
-def _normal(x: lz.LazyTensor, q: np.ndarray, r: np.ndarray, ctx: Context) -> lz.LazyTensor:
-    interp = _Interpolation(x, q, ctx)
+def _bound_high(v: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """scikit-learn's ``v + BOUNDS_THRESHOLD > q[-1]``."""
+    return v + BOUNDS_THRESHOLD > e
+
+
+def _normal(features: Features, q: np.ndarray, r: np.ndarray, ctx: Context) -> lz.LazyTensor:
+    interp = _Interpolation(features, q, ctx)
     # y from the ends where r is smaller, 1 - y (interpolated from 1 - r) from where it is
     y = 0.5 * (
         interp(r, "reference", ascending=True, from_left=True)
@@ -147,13 +176,11 @@ def _normal(x: lz.LazyTensor, q: np.ndarray, r: np.ndarray, ctx: Context) -> lz.
     spacing = BOUNDS_THRESHOLD - np.spacing(1)
     clip_min, clip_max = (float(v) for v in stats.norm.ppf([spacing, 1 - spacing]))
     z = lz.minimum(lz.maximum(z, clip_min), clip_max)
-    # scikit-learn's bounds, x - 1e-7 < q[0] and x + 1e-7 > q[-1] in float64, as comparisons
-    # with the first value of the graph's dtype past each: exact for every input of that dtype
-    low, high = q[:, 0], q[:, -1]
-    below = _first(lambda v: v - BOUNDS_THRESHOLD >= low, low + BOUNDS_THRESHOLD, ctx.dtype)
-    above = _first(lambda v: v + BOUNDS_THRESHOLD > high, high - BOUNDS_THRESHOLD, ctx.dtype)
-    z = lz.where(x >= ctx.param(above, "upper_bound"), clip_max, z)
-    return lz.where(x < ctx.param(below, "lower_bound"), clip_min, z)  # the lower one wins
+    # scikit-learn's bounds, x - 1e-7 < q[0] and x + 1e-7 > q[-1] in float64
+    tests = interp.tests
+    z = lz.where(tests.holds(q[:, -1], _bound_high, "upper_bound"), clip_max, z)
+    inside = tests.holds(q[:, 0], _bound_low, "lower_bound")
+    return lz.where(inside, z, clip_min)  # the lower bound wins
 
 
 @register(
@@ -170,13 +197,20 @@ def quantile_transformer(est: Any, features: Features, ctx: Context) -> Heads:
     q = np.asarray(est.quantiles_, np.float64).T  # (F, n)
     r = np.asarray(est.references_, np.float64)
     if est.output_distribution == "normal":
-        y = _normal(x, q, r, ctx)
+        y = _normal(features, q, r, ctx)
     else:
-        interp = _Interpolation(x, q, ctx)
+        interp = _Interpolation(features, q, ctx)
         y = 0.5 * (
             interp(r, "reference", ascending=True, from_left=True)
             + interp(r, "reference", ascending=False, from_left=False)
         )
-        lower, upper = _equals(x, q[:, 0], ctx), _equals(x, q[:, -1], ctx)
+        tests = interp.tests
+        # v == q[0] and v == q[-1]: at least the quantile and not above it
+        lower = tests.holds(q[:, 0], at_least, "lower_ge") & ~tests.holds(
+            q[:, 0], above, "lower_gt"
+        )
+        upper = tests.holds(q[:, -1], at_least, "upper_ge") & ~tests.holds(
+            q[:, -1], above, "upper_gt"
+        )
         y = lz.where(lower, 0.0, lz.where(upper, 1.0, y))  # the lower bound is assigned last
     return Heads({"transform": lz.where(lz.isnan(x), x, y)})

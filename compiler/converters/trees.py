@@ -41,7 +41,8 @@ from ..context import Context
 from ..errors import UnsupportedError
 from ..features import Features, Heads
 from ..registry import register, unsupported_param
-from ..trees import Ensemble, from_hist_predictor, from_sklearn_tree, leaf_sum
+from ..trees import Ensemble, from_hist_predictor, from_sklearn_tree, leaf_sum_on
+from ..trees.folding import FLOAT32_SPLITS, FLOAT64_SPLITS
 
 _SINGLE = (DecisionTreeClassifier, DecisionTreeRegressor, ExtraTreeClassifier, ExtraTreeRegressor)
 
@@ -63,6 +64,7 @@ def _squeeze(out: lz.LazyTensor) -> lz.LazyTensor:
     RandomForestClassifier,
     ExtraTreesClassifier,
     methods=("predict", "predict_proba"),
+    exactness=FLOAT32_SPLITS,
     limits="single-output; NaN follows the fitted missing-value direction",
 )
 def forest_classifier(est: Any, features: Features, ctx: Context) -> Heads:
@@ -76,8 +78,7 @@ def forest_classifier(est: Any, features: Features, ctx: Context) -> Heads:
     trees = tuple(
         from_sklearn_tree(m.tree_, m.tree_.value[:, 0, :] / len(members)) for m in members
     )
-    ctx.tree_decisions_on(features, float64=False)
-    proba = leaf_sum(Ensemble(trees, features.width, float32_inputs=True), features.values, ctx)
+    proba = leaf_sum_on(Ensemble(trees, features.width, float32_inputs=True), features, ctx)
     return Heads(
         {"predict_proba": proba, "predict": lz.argmax(proba, axis=1)}, classes=est.classes_
     )
@@ -89,6 +90,7 @@ def forest_classifier(est: Any, features: Features, ctx: Context) -> Heads:
     RandomForestRegressor,
     ExtraTreesRegressor,
     methods=("predict",),
+    exactness=FLOAT32_SPLITS,
     limits="multi-output; NaN follows the fitted missing-value direction",
 )
 def forest_regressor(est: Any, features: Features, ctx: Context) -> Heads:
@@ -96,8 +98,7 @@ def forest_regressor(est: Any, features: Features, ctx: Context) -> Heads:
     trees = tuple(
         from_sklearn_tree(m.tree_, m.tree_.value[:, :, 0] / len(members)) for m in members
     )
-    ctx.tree_decisions_on(features, float64=False)
-    out = leaf_sum(Ensemble(trees, features.width, float32_inputs=True), features.values, ctx)
+    out = leaf_sum_on(Ensemble(trees, features.width, float32_inputs=True), features, ctx)
     return Heads({"predict": _squeeze(out)})
 
 
@@ -132,8 +133,7 @@ def _gradient_boosting(est: Any, features: Features, ctx: Context) -> lz.LazyTen
             value[:, j] = est.learning_rate * tree.value[:, 0, 0]
             trees.append(from_sklearn_tree(tree, value))
     ensemble = Ensemble(tuple(trees), features.width, float32_inputs=True)
-    ctx.tree_decisions_on(features, float64=False)
-    raw = leaf_sum(ensemble, features.values, ctx)
+    raw = leaf_sum_on(ensemble, features, ctx)
     init = _constant_init(est)
     return raw + ctx.param(init, "init") if np.any(init != 0) else raw
 
@@ -141,6 +141,7 @@ def _gradient_boosting(est: Any, features: Features, ctx: Context) -> lz.LazyTen
 @register(
     GradientBoostingRegressor,
     methods=("predict",),
+    exactness=FLOAT32_SPLITS,
     limits="init: the default Dummy estimator or 'zero'",
 )
 def gradient_boosting_regressor(est: Any, features: Features, ctx: Context) -> Heads:
@@ -150,6 +151,7 @@ def gradient_boosting_regressor(est: Any, features: Features, ctx: Context) -> H
 @register(
     GradientBoostingClassifier,
     methods=("predict", "predict_proba", "decision_function"),
+    exactness=FLOAT32_SPLITS,
     limits="log_loss (sigmoid / softmax) and exponential loss; init: the default Dummy "
     "estimator or 'zero'",
 )
@@ -173,17 +175,17 @@ def gradient_boosting_classifier(est: Any, features: Features, ctx: Context) -> 
 # --- histogram gradient boosting ----------------------------------------------------------------
 
 
-def _hist_inputs(est: Any, features: Features, ctx: Context) -> tuple[lz.LazyTensor, int]:
+def _hist_inputs(est: Any, features: Features, ctx: Context) -> tuple[Features, int]:
     """The matrix the trees read and its number of category codes: with categorical features,
     ``_preprocessor``'s output — the categorical columns first, as OrdinalEncoder codes (NaN for
     missing and unknown categories), then the numeric columns."""
     mask = est.is_categorical_
     if mask is None or not np.any(mask):
-        return features.values, 0
+        return features, 0
     encoder = est._preprocessor.named_transformers_["encoder"]
     codes = ctx.convert(encoder, features.select(np.flatnonzero(mask)), "_preprocessor")
     numeric = features.select(np.flatnonzero(~mask))
-    values = Features.concat([codes.features(), numeric]).values
+    values = Features.concat([codes.features(), numeric])
     # codes 0..n-1 are the known categories; a fitted missing-value category (last) is NaN
     known = [len(c) - int(len(c) > 0 and is_scalar_nan(c[-1])) for c in encoder.categories_]
     return values, max(max(known), 1)
@@ -207,8 +209,7 @@ def _hist_gradient_boosting(est: Any, features: Features, ctx: Context) -> lz.La
     if not trees:  # stopped before the first iteration: the baseline alone
         raise UnsupportedError(f"{type(est).__name__} has no trees (n_iter_ == 0)")
     # HistGradientBoosting compares float64 values: no float32 rounding of the thresholds.
-    ctx.tree_decisions_on(features, float64=True)
-    raw = leaf_sum(Ensemble(trees, int(x.shape[1]), float32_inputs=False), x, ctx)
+    raw = leaf_sum_on(Ensemble(trees, x.width, float32_inputs=False), x, ctx)
     baseline = np.asarray(est._baseline_prediction, np.float64).reshape(-1)
     return raw + ctx.param(baseline, "baseline") if np.any(baseline != 0) else raw
 
@@ -216,10 +217,9 @@ def _hist_gradient_boosting(est: Any, features: Features, ctx: Context) -> lz.La
 @register(
     HistGradientBoostingRegressor,
     methods=("predict",),
+    exactness=FLOAT64_SPLITS,
     limits=(
-        "categorical features (unknown categories go the missing-value way); identity or log link; "
-        "float32 graphs exact for float32 inputs, and for float64 inputs but those strictly "
-        "between a threshold and the next float32 (inputs are rounded down)"
+        "categorical features (unknown categories go the missing-value way); identity or log link"
     ),
 )
 def hist_gradient_boosting_regressor(est: Any, features: Features, ctx: Context) -> Heads:
@@ -233,10 +233,9 @@ def hist_gradient_boosting_regressor(est: Any, features: Features, ctx: Context)
 @register(
     HistGradientBoostingClassifier,
     methods=("predict", "predict_proba", "decision_function"),
+    exactness=FLOAT64_SPLITS,
     limits=(
-        "categorical features (unknown categories go the missing-value way); binary sigmoid, multiclass softmax; "
-        "float32 graphs exact for float32 inputs, and for float64 inputs but those strictly "
-        "between a threshold and the next float32 (inputs are rounded down)"
+        "categorical features (unknown categories go the missing-value way); binary sigmoid, multiclass softmax"
     ),
 )
 def hist_gradient_boosting_classifier(est: Any, features: Features, ctx: Context) -> Heads:
@@ -258,6 +257,7 @@ def hist_gradient_boosting_classifier(est: Any, features: Features, ctx: Context
 @register(
     IsolationForest,
     methods=("predict", "decision_function", "score_samples"),
+    exactness=FLOAT32_SPLITS,
     limits="NaN follows the fitted missing-value direction",
 )
 def isolation_forest(est: Any, features: Features, ctx: Context) -> Heads:
@@ -272,8 +272,7 @@ def isolation_forest(est: Any, features: Features, ctx: Context) -> Heads:
             from_sklearn_tree(member.tree_, leaf[:, None], columns if subsampled else None)
         )
     ensemble = Ensemble(tuple(trees), features.width, float32_inputs=True)
-    ctx.tree_decisions_on(features, float64=False)
-    depths = _squeeze(leaf_sum(ensemble, features.values, ctx))
+    depths = _squeeze(leaf_sum_on(ensemble, features, ctx))
     denominator = len(est.estimators_) * float(_average_path_length([est._max_samples])[0])
     if denominator == 0:  # scikit-learn scores 1 when every tree has one sample
         scores = depths * 0.0 + 1.0  # (depths are finite)

@@ -27,7 +27,8 @@ from ..context import Context
 from ..errors import UnsupportedError
 from ..features import Features, Heads
 from ..registry import register, unsupported_param
-from ..trees import Ensemble, Tree, leaf_sum
+from ..trees import Ensemble, Tree, leaf_sum_on
+from ..trees.folding import FLOAT32_SPLITS
 from ._gbdt import TreeBuilder, float32_from_text
 from ._xgb_categorical import category_values, membership, trained_categories, vocabulary
 
@@ -177,11 +178,16 @@ def _booster_output(
         )
     x = _decision_columns(features, parsed, categories, ctx)
     ensemble = Ensemble(parsed.trees, int(x.shape[1]), float32_inputs=True)
+    # The input columns keep their maps (computed features fold onto raw float64 columns); the
+    # membership columns are read as computed.
+    derived = int(x.shape[1]) - features.width
+    decision = Features(
+        x, features.sources + (None,) * derived, features.column_maps() + (None,) * derived
+    )
     base = float32_from_text(str(param["base_score"]).strip("[]").split(","))
     margin = np.broadcast_to(_margin(base, objective), (k,))
     ctx.note(f"objective: {objective}")
-    ctx.tree_decisions_on(features, float64=False)  # XGBoost compares float32(x)
-    raw = leaf_sum(ensemble, x, ctx) + ctx.param(margin, "base_margin")
+    raw = leaf_sum_on(ensemble, decision, ctx) + ctx.param(margin, "base_margin")
     if objective in _IDENTITY:
         return raw
     if objective in _LOGISTIC:
@@ -218,20 +224,31 @@ _LIMITS = (
 )
 
 
-@register(xgboost.Booster, methods=("predict",), limits=_LIMITS)
+@register(xgboost.Booster, methods=("predict",), limits=_LIMITS, exactness=FLOAT32_SPLITS)
 def xgboost_booster(booster: Any, features: Features, ctx: Context) -> Heads:
     # Booster.predict takes a DMatrix; its `missing` is the DMatrix's (NaN by default).
     out = _squeeze(_booster_output(_learner(booster), features, ctx, None))
     return Heads({"predict": out}, extra={"accepts_nan": True})
 
 
-@register(xgboost.XGBRegressor, xgboost.XGBRanker, methods=("predict",), limits=_LIMITS)
+@register(
+    xgboost.XGBRegressor,
+    xgboost.XGBRanker,
+    methods=("predict",),
+    limits=_LIMITS,
+    exactness=FLOAT32_SPLITS,
+)
 def xgboost_regressor(est: Any, features: Features, ctx: Context) -> Heads:
     learner = _learner(est.get_booster())
     return Heads({"predict": _squeeze(_wrapped(est, learner, features, ctx))})
 
 
-@register(xgboost.XGBClassifier, methods=("predict", "predict_proba"), limits=_LIMITS)
+@register(
+    xgboost.XGBClassifier,
+    methods=("predict", "predict_proba"),
+    limits=_LIMITS,
+    exactness=FLOAT32_SPLITS,
+)
 def xgboost_classifier(est: Any, features: Features, ctx: Context) -> Heads:
     learner = _learner(est.get_booster())
     if learner["objective"]["name"] == "multi:softmax":  # its predict_proba raises

@@ -4,6 +4,7 @@ sum its leaf values."""
 
 from __future__ import annotations
 
+from .folding import leaf_sum_on
 from .model import Ensemble, Tree, float32_floor, from_hist_predictor, from_sklearn_tree
 from .strategies import STRATEGIES, choose, leaf_sum
 
@@ -16,4 +17,5 @@ __all__ = [
     "from_hist_predictor",
     "from_sklearn_tree",
     "leaf_sum",
+    "leaf_sum_on",
 ]

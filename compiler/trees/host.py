@@ -29,7 +29,7 @@ from .strategies import _linked
 def host_leaf_sum(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
     """(B, K): the sum over trees of the leaf vector each row reaches, as one FOREST_SUM (for an
     ensemble without categorical splits)."""
-    dtype = compare_dtype(ensemble, ctx)
+    dtype = compare_dtype(ensemble, x, ctx)
     x = x if x.dtype == dtype else lz.cast(x, dtype)
     g = _linked(ensemble)
     return lz.forest_sum(

@@ -62,9 +62,13 @@ def thresholds_in(dtype: str, t: np.ndarray) -> np.ndarray:
     return float32_floor(t) if dtype == "float32" else np.asarray(t, np.float64)
 
 
-def compare_dtype(ensemble: Ensemble, ctx: Context) -> str:
-    """The precision ``ensemble``'s splits compare in (see :func:`split_columns`)."""
-    return "float32" if ensemble.float32_inputs or ctx.dtype == "float32" else "float64"
+def compare_dtype(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> str:
+    """The precision ``ensemble``'s splits compare in (see :func:`split_columns`): float32 for
+    sources comparing ``float32(x)``; float64 where the graph is float64 or the features are
+    (raw float64 columns, :mod:`.folding`)."""
+    if ensemble.float32_inputs:
+        return "float32"
+    return "float64" if "float64" in (ctx.dtype, x.dtype) else "float32"
 
 
 def _needs_isnan_block(ensemble: Ensemble, dtype: str) -> bool:
@@ -83,7 +87,7 @@ def split_columns(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> SplitCo
     ``float32(x) <= t32`` with ``t32`` the largest float32 not above t; HistGradientBoosting
     compares float64, exact in a float64 graph and, in a float32 graph, for every float32 input.
     """
-    dtype = compare_dtype(ensemble, ctx)
+    dtype = compare_dtype(ensemble, x, ctx)
     x = x if x.dtype == dtype else lz.cast(x, dtype)
     if not ctx.may_be_nan(x):
         return SplitColumns(x, dtype, int(x.shape[1]), nan_blocks=False)

@@ -37,7 +37,7 @@ from ..context import Context
 from ..errors import UnsupportedError
 from .cost import costs, levels
 from .model import Ensemble, float32_floor
-from .splits import split_columns
+from .splits import compare_dtype, split_columns
 
 STRATEGIES = ("auto", "gemm", "traversal", "perfect", "bitvector", "hybrid", "treewise")
 
@@ -62,7 +62,7 @@ class _Decision:
 
 
 def _decision(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> _Decision:
-    dtype = "float32" if ensemble.float32_inputs or ctx.dtype == "float32" else "float64"
+    dtype = compare_dtype(ensemble, x, ctx)
     return _Decision(x if x.dtype == dtype else lz.cast(x, dtype), dtype)
 
 

@@ -237,6 +237,7 @@ RULES: dict[Op, Binder] = {
     Op.EXP: _fixed(np.exp),
     Op.LOG: _fixed(np.log),
     Op.LOG1P: _fixed(np.log1p),
+    Op.EXPM1: _fixed(np.expm1),
     Op.SQRT: _fixed(np.sqrt),
     Op.TANH: _fixed(np.tanh),
     Op.SIGMOID: _fixed(scipy.special.expit),

@@ -240,6 +240,7 @@ RULES: dict[Op, Rule] = {
     Op.EXP: _unary(torch.exp),
     Op.LOG: _unary(torch.log),
     Op.LOG1P: _unary(torch.log1p),
+    Op.EXPM1: _unary(torch.expm1),
     Op.SQRT: _unary(torch.sqrt),
     Op.TANH: _unary(torch.tanh),
     Op.SIGMOID: _unary(torch.sigmoid),

@@ -17,7 +17,7 @@ import hashlib
 import importlib.metadata
 import io
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
@@ -114,12 +114,15 @@ def load_artifact(
     format: str | None = None,
     allow_pickle: bool = False,
     limits: ArtifactLimits = DEFAULT_LIMITS,
+    host_step_modules: Sequence[str] = (),
 ) -> LoadedArtifact:
     """Load an uploaded model file, refusing anything unsafe with an :class:`ArtifactError`.
 
     ``format`` (one of :data:`FORMATS`) overrides detection. Pickle / joblib files are loaded
     only with ``allow_pickle=True`` — they can run arbitrary code — and are otherwise refused
-    without being unpickled.
+    without being unpickled. ``host_step_modules``: modules the operator trusts, whose functions
+    and classes a skops file may reference (they run as host steps; see
+    :func:`skops_trust.host_step_types`).
     """
     if not isinstance(data, bytes | bytearray | memoryview):
         raise ArtifactError(f"model file must be bytes, got {type(data).__name__}")
@@ -139,12 +142,15 @@ def load_artifact(
             "pickle / joblib model files are disabled on this server (they can run arbitrary "
             "code); upload skops, LightGBM text or XGBoost JSON / UBJSON instead"
         )
-    estimator = _LOADERS[format](data, limits)
+    if format == "skops":
+        estimator = _load_skops(data, limits, host_step_modules)
+    else:
+        estimator = _LOADERS[format](data, limits)
     _check_supported(estimator)
     return LoadedArtifact(estimator, format, _framework_versions(estimator, format))
 
 
-def _load_skops(data: bytes, limits: ArtifactLimits) -> Any:
+def _load_skops(data: bytes, limits: ArtifactLimits, host_step_modules: Sequence[str] = ()) -> Any:
     import skops.io as sio
     from skops.io.exceptions import UntrustedTypesFoundException
 
@@ -154,8 +160,13 @@ def _load_skops(data: bytes, limits: ArtifactLimits) -> Any:
         untrusted = sorted(set(sio.get_untrusted_types(data=data)) - set(trusted))
     except Exception as exc:  # skops parses the schema: any failure means a corrupt file
         raise ArtifactError(f"invalid skops file: {type(exc).__name__}: {exc}") from None
+    if untrusted and host_step_modules:
+        operator_trusted = skops_trust.host_step_types(untrusted, host_step_modules)
+        trusted = [*trusted, *operator_trusted]
+        untrusted = [t for t in untrusted if t not in operator_trusted]
     if untrusted:
-        raise UntrustedTypeError(untrusted, skops_trust.refusal_notes(untrusted))
+        notes = skops_trust.refusal_notes(untrusted, host_step_modules)
+        raise UntrustedTypeError(untrusted, notes)
     try:
         estimator = sio.loads(data, trusted=trusted)
     except UntrustedTypesFoundException as exc:

@@ -16,8 +16,9 @@ unchecked, and Kestrel computes neighbours by brute force anyway.
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import BuiltinFunctionType, FunctionType, ModuleType
 from typing import Any
 
@@ -121,14 +122,55 @@ def trusted_types() -> list[str]:
     return list(_trusted())
 
 
-def refusal_notes(types: list[str]) -> list[str]:
-    """Advice for untrusted types that are refused on purpose."""
+#: The setting (service/settings.py) that lists the modules of :func:`host_step_types`.
+HOST_STEP_SETTING = "KESTREL_HOST_STEP_MODULES"
+
+
+def refusal_notes(types: list[str], host_step_modules: Sequence[str] = ()) -> list[str]:
+    """Advice for untrusted types: those refused on purpose, and how the rest could be trusted."""
     notes = []
+    refused: set[str] = set()
     for prefixes, note in _REFUSED_PREFIXES.items():
         hits = [t for t in types if t.startswith(prefixes)]
         if hits:
             notes.append(f"{', '.join(hits)}: {note}")
+            refused.update(hits)
+    if any(t not in refused for t in types):
+        listed = ", ".join(host_step_modules) or "none"
+        notes.append(
+            "functions and classes of a module the operator trusts may be uploaded, and then run "
+            f"as host steps: the operator lists the module in {HOST_STEP_SETTING} (now: {listed})"
+        )
     return notes
+
+
+def host_step_types(types: Sequence[str], modules: Sequence[str]) -> list[str]:
+    """The names among ``types`` (untrusted by the server's own list) of functions and classes
+    defined in one of the operator's trusted ``modules`` (exactly those modules, not their
+    submodules); importing those modules is what trusting them means, and nothing else is
+    imported. A name under a trusted module must be an object *defined* there: ``mod.system``
+    for an ``os.system`` that ``mod`` imported is refused (:class:`ArtifactError`)."""
+    found = []
+    for name in types:
+        module_name = next((m for m in modules if name.startswith(m + ".")), None)
+        if module_name is None:
+            continue
+        try:
+            obj: Any = importlib.import_module(module_name)
+            for part in name[len(module_name) + 1 :].split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError) as exc:
+            raise ArtifactError(
+                f"{name}: cannot be found in trusted module {module_name} ({HOST_STEP_SETTING}): "
+                f"{exc}"
+            ) from None
+        if not (inspect.isclass(obj) or inspect.isfunction(obj)) or obj.__module__ != module_name:
+            raise ArtifactError(
+                f"{name} is not a function or class defined in trusted module {module_name} "
+                f"({HOST_STEP_SETTING}); only those are trusted"
+            )
+        found.append(name)
+    return found
 
 
 def iter_objects(root: Any) -> Iterator[Any]:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import numpy as np
 from conformance_lib import Case, Data, Unsupported, dataset
 from sklearn.calibration import CalibratedClassifierCV
-from sklearn.cluster import KMeans, MiniBatchKMeans
+from sklearn.cluster import KMeans, MeanShift, MiniBatchKMeans
 from sklearn.compose import TransformedTargetRegressor
 from sklearn.cross_decomposition import PLSRegression
+from sklearn.datasets import make_blobs
 from sklearn.decomposition import PCA, FastICA, IncrementalPCA, KernelPCA, TruncatedSVD
 from sklearn.ensemble import (
     BaggingClassifier,
@@ -36,6 +37,19 @@ from sklearn.preprocessing import QuantileTransformer, StandardScaler
 
 def _sinh(z):
     return (np.exp(z) - np.exp(-z)) / 2.0
+
+
+def _counts() -> Data:
+    """Integer features and a count target (repeated values, zeros): what log1p targets fit."""
+    rng = np.random.default_rng(5)
+    x = rng.poisson(3.0, (240, 4)).astype(np.float64)
+    return Data(x, rng.poisson(np.exp(0.3 * x[:, 0] - 0.2 * x[:, 1] + 0.5)).astype(np.float64))
+
+
+def _blobs() -> Data:
+    """Rounded blobs: integer features with repeated rows, for MeanShift."""
+    x, _ = make_blobs(240, 3, centers=4, cluster_std=1.5, random_state=2)
+    return Data(np.round(x), None)
 
 
 def _lr(c: float = 1.0) -> LogisticRegression:
@@ -76,6 +90,13 @@ CASES = {
                 LinearRegression(), func=np.arcsinh, inverse_func=_sinh
             ),
             data="regression",
+        ),
+        Case(
+            "ttr-log1p-expm1",
+            lambda: TransformedTargetRegressor(
+                LinearRegression(), func=np.log1p, inverse_func=np.expm1
+            ),
+            data=_counts,
         ),
         Case(
             "ttr-scaler-multi",
@@ -254,6 +275,14 @@ CASES |= {
         Case("pls-regression", lambda: PLSRegression(n_components=3), data="regression")
     ],
     KMeans: [Case("kmeans", lambda: KMeans(n_clusters=4, n_init=2, random_state=0))],
+    MeanShift: [
+        Case("mean-shift", MeanShift, data=_blobs),
+        Case(
+            "mean-shift-bandwidth-orphans",
+            lambda: MeanShift(bandwidth=1.5, bin_seeding=True, cluster_all=False),
+            data=_blobs,
+        ),
+    ],
     MiniBatchKMeans: [
         Case(
             "minibatch-kmeans",
@@ -326,6 +355,7 @@ UNSUPPORTED = {
     PLSRegression: _NO_PARAMS,
     KMeans: _NO_PARAMS,
     MiniBatchKMeans: _NO_PARAMS,
+    MeanShift: "none: every hyper-parameter only affects fitting (predict: the nearest center)",
     GaussianMixture: "none: every covariance type is supported",
     BayesianGaussianMixture: "none: every covariance type and weight prior is supported",
 }

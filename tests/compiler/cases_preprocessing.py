@@ -20,6 +20,7 @@ from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import (
     Binarizer,
+    LabelEncoder,
     MaxAbsScaler,
     MinMaxScaler,
     Normalizer,
@@ -55,6 +56,12 @@ def _integers() -> Data:
     """Integer-valued features: means and medians that an int column truncates."""
     base = dataset("positive")
     return Data(base.x.astype(np.int64), base.y)
+
+
+def _labels() -> Data:
+    """A 1-D array of integer labels with repeats and a missing one (NaN is a class then)."""
+    rng = np.random.default_rng(3)
+    return Data(rng.choice([3.0, 7.0, 1.0, 12.0, 7.0, np.nan], 240), None)
 
 
 def _mixed() -> pd.DataFrame:
@@ -191,6 +198,7 @@ CASES = {
             nan=True,
         ),
     ],
+    LabelEncoder: [Case("label-encoder-integers", LabelEncoder, data=_labels, nan=True)],
     OneHotEncoder: [
         Case("onehot-mixed-pipeline", _mixed_pipeline, sample=_mixed, nan=True),
         Case("onehot-strings-error", lambda: OneHotEncoder(), sample=_strings, nan=True),
@@ -289,6 +297,7 @@ UNSUPPORTED = {
     RobustScaler: _NO_PARAMS,
     Normalizer: "none: every norm scikit-learn accepts (l1, l2, max) is supported",
     Binarizer: _NO_PARAMS,
+    LabelEncoder: "none: it has no hyper-parameters",
     SimpleImputer: Unsupported(
         lambda: make_pipeline(
             SimpleImputer(strategy="constant", fill_value="?", missing_values="unknown"),

@@ -149,6 +149,9 @@ def _with_nan(table: Any) -> Any:
         numeric = [j for j, d in enumerate(out.dtypes) if d.kind == "f"]
         for k, j in enumerate(numeric[:3]):
             out.iloc[rows[k::3], j] = np.nan
+    elif out.ndim == 1:  # a 1-D input: LabelEncoder's labels
+        out = out.astype(np.float64)
+        out[rows] = np.nan
     else:
         out = out.astype(np.float64)
         out[rows, 0] = np.nan

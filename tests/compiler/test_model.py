@@ -10,7 +10,7 @@ from sklearn.datasets import make_classification
 from sklearn.linear_model import LogisticRegression
 from sklearn.multioutput import MultiOutputClassifier
 from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
+from sklearn.preprocessing import FunctionTransformer, StandardScaler
 
 import compiler
 
@@ -157,3 +157,101 @@ def test_infinities_in_a_float_matrix_are_not_missing_values(model, data) -> Non
     x = data[0].to_numpy(np.float32)[:2].copy()
     x[0, 0], x[0, 1] = np.inf, -np.inf  # their sum is NaN, yet no value is missing
     np.testing.assert_array_equal(model.predict_proba(x), model.predict_proba(x.tolist()))
+
+
+# -- host steps for steps a converter refuses ---------------------------------------------------
+def _ranks_beside(x):
+    """Arbitrary Python (np.asarray of a lazy value cannot be traced): width 4 → 8, int ranks."""
+    x = np.asarray(x)
+    return np.column_stack([x, np.argsort(np.argsort(x, axis=1), axis=1)])
+
+
+def _int_ranks(x):
+    return np.argsort(np.argsort(np.asarray(x), axis=1), axis=1)  # int64, as many columns
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_refused_function_transformer_runs_on_the_host_when_allowed(data, dtype) -> None:
+    frame, y = data
+    x = np.round(frame.to_numpy(), 1)  # repeated values: ties in the ranks
+    pipe = make_pipeline(
+        StandardScaler(), FunctionTransformer(_ranks_beside), LogisticRegression()
+    ).fit(x, y)
+    with pytest.raises(compiler.UnsupportedError, match="allow host steps"):
+        compiler.compile(pipe)
+    options = compiler.CompileOptions(allow_host_steps=True, max_batch=16, dtype=dtype)
+    model = compiler.compile(pipe, options=options)
+    report = model.report
+    assert report.host_steps == ["model/functiontransformer"]
+    (step,) = [s for s in report.steps if s.where == "host"]
+    assert "not made of recognisable numpy ufuncs" in step.detail  # why it is a host step
+    assert [s.where for s in report.steps] == ["device", "device", "host", "device"]
+    assert report.graph_stages == 2  # compiled on either side
+    np.testing.assert_array_equal(model.predict(x), pipe.predict(x))
+    np.testing.assert_allclose(model.predict_proba(x), pipe.predict_proba(x), rtol=1e-5, atol=1e-6)
+
+
+def test_a_host_step_output_has_the_source_width_and_the_graph_dtype(data) -> None:
+    frame, _ = data
+    x = frame.to_numpy()
+    step = FunctionTransformer(_int_ranks).fit(x)
+    options = compiler.CompileOptions(allow_host_steps=True, backend="interpreter")
+    got = compiler.compile(step, options=options).transform(x)
+    assert got.shape == (len(x), 4) and got.dtype == np.float32
+    np.testing.assert_array_equal(got, step.transform(x))
+
+
+def test_a_host_step_fitted_on_a_frame_sees_the_frame_columns(data) -> None:
+    frame, y = data
+
+    def by_name(df):
+        return np.column_stack([df["a"] * df["d"], df[["b", "c"]]])
+
+    pipe = make_pipeline(FunctionTransformer(by_name), LogisticRegression()).fit(frame, y)
+    options = compiler.CompileOptions(allow_host_steps=True, backend="interpreter", dtype="float64")
+    model = compiler.compile(pipe, options=options)
+    np.testing.assert_allclose(model.predict_proba(frame), pipe.predict_proba(frame), rtol=1e-12)
+
+
+def test_a_step_that_cannot_even_run_on_a_probe_row_names_itself(data) -> None:
+    frame, y = data
+
+    def picky(x):
+        raise ValueError("never on the host")
+
+    pipe = make_pipeline(FunctionTransformer(picky, check_inverse=False), LogisticRegression())
+    pipe.steps[0][1].fit(frame.to_numpy())
+    pipe.steps[1][1].fit(frame.to_numpy(), y)
+    with pytest.raises(compiler.UnsupportedError, match="cannot run as a host step: never"):
+        compiler.compile(pipe, options=compiler.CompileOptions(allow_host_steps=True))
+
+
+# -- samples -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("empty", [[], np.empty((0, 4))], ids=["list", "array"])
+def test_an_empty_sample_is_no_sample(fitted, data, empty) -> None:
+    frame, _ = data
+    model = compiler.compile(fitted, sample=empty, options=compiler.CompileOptions(max_batch=8))
+    np.testing.assert_allclose(
+        model.predict_proba(frame), fitted.predict_proba(frame), rtol=1e-5, atol=1e-6
+    )
+
+
+def test_a_sample_that_is_not_a_table_is_named_as_such(data) -> None:
+    frame, y = data
+    est = LogisticRegression().fit(frame.to_numpy(), y)
+    with pytest.raises(compiler.SchemaError, match=r"table of rows × 4 columns, got .* \(4,\)"):
+        compiler.compile(est, sample=frame.to_numpy()[0])
+
+
+def test_a_stateless_step_without_a_width_asks_for_a_fit_or_a_sample(data) -> None:
+    from sklearn.preprocessing import Binarizer
+
+    x = data[0].to_numpy()
+    with pytest.raises(compiler.SchemaError, match=r"never fitted\); fit it, or pass a sample"):
+        compiler.compile(Binarizer())
+    with pytest.raises(compiler.SchemaError, match=r"sample \(shape \(0,\)\) is not a table"):
+        compiler.compile(Binarizer(), sample=[])
+    options = compiler.CompileOptions(backend="interpreter")
+    for est, sample in ((Binarizer(threshold=0.5), x[:3]), (Binarizer().fit(x), None)):
+        got = compiler.compile(est, sample=sample, options=options).transform(x)
+        np.testing.assert_array_equal(got, est.transform(x))

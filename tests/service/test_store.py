@@ -290,6 +290,31 @@ def test_a_reserved_number_survives_a_restart(store: ModelStore) -> None:
     assert store.load_manifest().models["m"].next_version == 4
 
 
+def test_a_failed_upload_gives_its_number_back(store: ModelStore) -> None:
+    """A registration that fails before its commit releases its number, while it is still the
+    last one handed out: the next upload gets it, and nothing is written otherwise."""
+    assert store.next_version("new") == "1"
+    assert store.release_version("new", "1") is not None
+    assert store.load_manifest().retired == {}  # as if never reserved
+    assert ModelStore(store.url).next_version("new") == "1"  # a restart numbers the same
+    store.commit(make_record(store, "new", "1"))
+    assert store.next_version("new") == "2"
+    assert store.release_version("new", "2") is not None
+    assert store.next_version("new") == "2"
+    assert store.next_version("new") == "3"  # a second upload in flight
+    generation = store.load_manifest().generation
+    assert store.release_version("new", "2") is None  # "3" is out: "2" stays used
+    assert store.release_version("new", "1") is None  # committed
+    assert store.release_version("new", "rc1") is None  # not a number
+    assert store.load_manifest().generation == generation  # nothing written
+    assert store.release_version("new", "3") is not None
+    assert store.next_version("new") == "3"
+    store.delete("new")
+    assert store.next_version("new") == "4"
+    assert store.release_version("new", "4") is not None
+    assert store.load_manifest().retired == {"new": 4}  # deleted numbers stay used
+
+
 def test_custom_version_names_are_allowed(store: ModelStore) -> None:
     store.commit(make_record(store, "m", "2024-06-01.rc1"))
     assert store.next_version("m") == "1"

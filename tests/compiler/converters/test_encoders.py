@@ -12,7 +12,7 @@ from sklearn.compose import ColumnTransformer
 from sklearn.impute import SimpleImputer
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import OneHotEncoder, OrdinalEncoder, StandardScaler
+from sklearn.preprocessing import LabelEncoder, OneHotEncoder, OrdinalEncoder, StandardScaler
 
 import compiler
 
@@ -175,3 +175,57 @@ def test_dict_rows() -> None:
     np.testing.assert_allclose(model.predict_proba(rows), expected, rtol=1e-5, atol=1e-6)
     with pytest.raises(compiler.SchemaError, match="'size'"):
         model.predict([{"a": 0.3, "b": 1.5, "color": "red"}])
+
+
+# -- numpy arrays of strings -------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [object, str], ids=["object", "unicode"])
+def test_a_numpy_string_array_compiles_with_itself_as_the_sample(dtype) -> None:
+    rng = np.random.default_rng(4)
+    x = np.column_stack([rng.choice(["red", "green", "blue"], 90), rng.choice(["S", "M"], 90)])
+    x = x.astype(dtype)
+    y = (x[:, 0] == "red").astype(int)
+    pipe = make_pipeline(OneHotEncoder(handle_unknown="ignore"), LogisticRegression()).fit(x, y)
+    for sample in (x, x[:5], x.tolist()):
+        model = compiler.compile(pipe, sample=sample, options=FAST)
+        np.testing.assert_array_equal(model.predict(x), pipe.predict(x))
+        np.testing.assert_allclose(model.predict_proba(x), pipe.predict_proba(x), rtol=1e-6)
+
+
+def test_a_string_array_with_a_numeric_column_keeps_its_missing_value_check() -> None:
+    rng = np.random.default_rng(5)
+    x = np.column_stack([rng.choice(["a", "b"], 60), rng.integers(0, 3, 60)]).astype(object)
+    x[:, 1] = x[:, 1].astype(float)
+    y = (x[:, 0] == "a").astype(int)
+    ct = ColumnTransformer([("c", OneHotEncoder(), [0]), ("n", "passthrough", [1])])
+    pipe = make_pipeline(ct, LogisticRegression()).fit(x, y)
+    model = compiler.compile(pipe, sample=x, options=FAST)
+    np.testing.assert_array_equal(model.predict(x), pipe.predict(x))
+    bad = x[:2].copy()
+    bad[1, 1] = np.nan  # LogisticRegression refuses NaN, so must the compiled model
+    with pytest.raises(compiler.SchemaError, match="row 1: missing value"):
+        model.predict(bad)
+
+
+# -- LabelEncoder ------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["interpreter", "jax"])
+def test_label_encoder_maps_labels_to_their_codes_without_a_sample(backend) -> None:
+    labels = np.array(["pear", "apple", "fig", "apple", "pear", "pear"])
+    est = LabelEncoder().fit(labels)
+    options = compiler.CompileOptions(backend=backend, max_batch=4)
+    model = compiler.compile(est, options=options)
+    assert model.schema.names == ["y"]
+    queries = ["fig", "pear", "apple", "apple", "fig", "pear", "fig"]
+    for form in (queries, np.array(queries), np.array(queries, dtype=object), pd.Series(queries)):
+        np.testing.assert_array_equal(model.transform(form), est.transform(form))
+    with pytest.raises(ValueError, match="unseen labels"):
+        est.transform(["kiwi"])
+    with pytest.raises(compiler.SchemaError, match="unknown category 'kiwi'"):
+        model.transform(["fig", "kiwi"])
+
+
+def test_label_encoder_of_integers_takes_floats_as_numpy_compares_them() -> None:
+    est = LabelEncoder().fit([10, 3, 3, 7, 10, 10])
+    model = compiler.compile(est, options=FAST)
+    queries = np.array([7.0, 3.0, 10.0, 3.0])
+    np.testing.assert_array_equal(model.transform(queries), est.transform(queries))
+    np.testing.assert_array_equal(model.transform([[7], [10]]), [1, 2])  # a one-column table

@@ -244,6 +244,15 @@ unary_cases(
 case(Op.LOG1P, "float32_tiny", atol=0.0)(
     lambda t: {"y": lz.log1p(t.input("x", (4,), draw=normal(1e-6)))}
 )  # log1p exists for its relative accuracy near 0: no absolute slack
+unary_cases(
+    Op.EXPM1,
+    lz.expm1,
+    float32=normal(3.0),
+    float32_extremes=choice(-np.inf, -200.0, 100.0, np.inf, 0.0, -0.0),
+)
+case(Op.EXPM1, "float32_tiny", atol=0.0)(
+    lambda t: {"y": lz.expm1(t.input("x", (4,), draw=normal(1e-6)))}
+)  # expm1 exists for its relative accuracy near 0 (np.expm1 of TransformedTargetRegressor)
 unary_cases(Op.SQRT, lz.sqrt, float32=uniform(0.0, 100.0), float32_negative=choice(-1.0, 0.0, 4.0))
 unary_cases(Op.TANH, lz.tanh, float32=normal(2.0), float32_saturated=choice(-50.0, 50.0, 0.0))
 unary_cases(
