@@ -85,13 +85,19 @@ def _fit(name: str) -> tuple[Any, Any]:
     raw = df[numeric]
     models = {
         "hgb_raw": lambda: (HistGradientBoostingClassifier(max_iter=100, random_state=0), raw),
-        "ct_hgb": lambda: (make_pipeline(ct, HistGradientBoostingClassifier(max_iter=100)), df),
+        "ct_hgb": lambda: (
+            make_pipeline(ct, HistGradientBoostingClassifier(max_iter=100, random_state=0)),
+            df,
+        ),
         "scaled_rf": lambda: (
             make_pipeline(ct, RandomForestClassifier(100, max_depth=8, random_state=0)),
             df,
         ),
-        "scaled_gbc": lambda: (make_pipeline(ct, GradientBoostingClassifier(n_estimators=50)), df),
-        "lgbm_raw": lambda: (lgb.LGBMClassifier(n_estimators=100, verbose=-1), raw),
+        "scaled_gbc": lambda: (
+            make_pipeline(ct, GradientBoostingClassifier(n_estimators=50, random_state=0)),
+            df,
+        ),
+        "lgbm_raw": lambda: (lgb.LGBMClassifier(n_estimators=100, verbose=-1, random_state=0), raw),
         "scaled_lr": lambda: (make_pipeline(ct, LogisticRegression(max_iter=500)), df),
     }
     model, frame = models[name]()
