@@ -11,6 +11,7 @@ from .errors import CompilerError, SchemaError, UnsupportedError
 from .features import Features, Heads
 from .model import CompiledModel, Traced, compile, trace
 from .options import CompileOptions
+from .precision import Precision
 from .registry import Registration, register, supported
 from .report import CompileReport, StepReport
 from .schema import Column, InputSchema, Vocabulary
@@ -24,6 +25,7 @@ __all__ = [
     "Features",
     "Heads",
     "InputSchema",
+    "Precision",
     "Registration",
     "SchemaError",
     "StepReport",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -13,6 +15,8 @@ import lazy as lz
 from .errors import UnsupportedError
 from .features import Features, Heads
 from .options import CompileOptions
+from .precision import Request, segment
+from .probes import DecisionPoints
 from .registry import lookup
 from .report import CompileReport, StepReport
 from .schema import Column, InputSchema, Vocabulary
@@ -25,6 +29,7 @@ class Context:
         options: CompileOptions,
         schema: InputSchema,
         raw: lz.LazyTensor | None = None,
+        float64: Mapping[str, str] | None = None,
     ) -> None:
         self.builder = builder
         self.options = options
@@ -35,14 +40,51 @@ class Context:
         #: is then made again with a float64 input; see ``compiler.model.trace``).
         self.wants_float64_input = False
         self.report = CompileReport()
+        #: Raw input values where a compiled decision flips (:mod:`compiler.probes`).
+        self.decisions: list[DecisionPoints] = []
         self._path: list[str] = []
         self._names: set[str] = set()
         self._step: StepReport | None = None
         self._code_inputs: dict[int, lz.LazyTensor] = {}
+        #: The float64 segment of this trace: step path → why (see :mod:`compiler.precision`).
+        self._float64 = dict(float64 or {})
+        #: What the steps of this trace asked for (:meth:`promote`) and what each step output.
+        self.requests: list[Request] = []
+        self.outputs: dict[str, tuple[lz.Node, ...]] = {}
+        self._inputs: dict[str, lz.Node] = {}
 
     @property
     def dtype(self) -> str:
-        return self.options.dtype
+        """The dtype the current step computes in: float64 inside the float64 segment."""
+        return self.dtype_of(self.path)
+
+    def dtype_of(self, path: str) -> str:
+        return "float64" if path in self._float64 else self.options.dtype
+
+    # -- precision -----------------------------------------------------------------------------
+    def promote(self, reason: str, *, inputs: bool = True) -> None:
+        """Ask for the current step to compute in float64 in a float32 graph, because its heads
+        would miss the tolerance (``reason``, one line, goes into the compile report);
+        ``inputs``: the steps feeding it too. It takes effect in the next trace (see
+        :func:`compiler.model.trace`): in this one the step is still in :attr:`dtype`."""
+        path = self.path
+        self.requests.append(Request(path, reason, self._inputs[path], inputs))
+
+    def float64_segment(self) -> dict[str, str]:
+        """Path → why, for the steps the requests of this trace put in float64 (none where the
+        graph is float64 anyway or promotion is off)."""
+        if not self._promotes:
+            return {}
+        return segment(self.requests, self.outputs)
+
+    @property
+    def float64_inputs(self) -> bool:
+        """Whether a promoted step must read the input table as the client sent it."""
+        return self._promotes and any(r.inputs for r in self.requests)
+
+    @property
+    def _promotes(self) -> bool:
+        return self.options.promote and self.options.dtype != "float64"
 
     @property
     def path(self) -> str:
@@ -64,42 +106,76 @@ class Context:
     def convert(self, estimator: Any, features: Features, name: str) -> Heads:
         """Convert ``estimator`` applied to ``features`` (the one entry point for every step)."""
         check_fitted(estimator)
+        outer = self.path
         self._path.append(name)
         try:
-            try:
-                registration = lookup(estimator)
-            except UnsupportedError:
-                if not self._may_host(estimator):
-                    raise
-                reason = f"{type(estimator).__name__} has no converter"
-                return self._host_transform(estimator, features, reason)
-            step = StepReport(self.path, type(estimator).__name__, "device")
-            outer, self._step = self._step, step
-            first = len(self.report.steps)
-            self.report.steps.append(step)
-            saved = self._schema_state()
-            try:
-                with lz.scope(f"{self.path} ({type(estimator).__name__})"):
-                    return registration.converter(estimator, features, self)
-            except UnsupportedError as exc:
-                # A step the converter refuses (arbitrary Python in a FunctionTransformer, a
-                # hyper-parameter it does not handle exactly) runs on the host when allowed; not
-                # a container whose child refused (that child already had its chance).
-                if not self._may_host(estimator) or len(self.report.steps) > first + 1:
-                    raise
-                reason = str(exc)
-            finally:
-                self._step = outer
-            del self.report.steps[first:]
-            self._restore_schema_state(saved)
-            return self._host_transform(estimator, features, reason)
+            features = _cast_features(features, self._border(outer, self.path))
+            self._inputs[self.path] = features.values.node
+            heads = self._convert_step(estimator, features)
+            self.outputs[self.path] = tuple(
+                v.node for v in heads.outputs.values() if v.dtype in _FLOATS
+            )
+            # Values leave the float64 segment (or enter it from a float32 step) here.
+            return _cast_heads(heads, self._border(self.path, outer) if outer else None)
         finally:
             self._path.pop()
+
+    def _border(self, source: str, target: str) -> str | None:
+        """The dtype values from step ``source`` take on entering step ``target``: None (as they
+        are) unless exactly one of the two is in the float64 segment."""
+        if (source in self._float64) == (target in self._float64):
+            return None
+        return self.dtype_of(target)
+
+    def _convert_step(self, estimator: Any, features: Features) -> Heads:
+        """:meth:`convert`'s work, with the step's path pushed and its features in its dtype."""
+        try:
+            registration = lookup(estimator)
+        except UnsupportedError:
+            if not self._may_host(estimator):
+                raise
+            reason = f"{type(estimator).__name__} has no converter"
+            return self._host_transform(estimator, features, reason)
+        step = StepReport(self.path, type(estimator).__name__, "device")
+        step.precision = self._float64.get(self.path, "")
+        outer, self._step = self._step, step
+        first = len(self.report.steps)
+        self.report.steps.append(step)
+        saved = self._schema_state()
+        requests = len(self.requests)
+        try:
+            with lz.scope(f"{self.path} ({type(estimator).__name__})"):
+                precision = registration.precision
+                if precision is not None and precision.applies_to(estimator):
+                    self.promote(precision.reason, inputs=precision.inputs)
+                return registration.converter(estimator, features, self)
+        except UnsupportedError as exc:
+            # A step the converter refuses (arbitrary Python in a FunctionTransformer, a
+            # hyper-parameter it does not handle exactly) runs on the host when allowed; not
+            # a container whose child refused (that child already had its chance).
+            if not self._may_host(estimator) or len(self.report.steps) > first + 1:
+                raise
+            reason = str(exc)
+        finally:
+            self._step = outer
+        del self.report.steps[first:]
+        del self.requests[requests:]
+        self._restore_schema_state(saved)
+        return self._host_transform(estimator, features, reason)
 
     def note(self, detail: str) -> None:
         """Add a detail (e.g. the tree strategy) to the current step's report line."""
         if self._step is not None:
             self._step.detail = "; ".join(filter(None, [self._step.detail, detail]))
+
+    def decides_at(self, column: int, values: np.ndarray, kind: str) -> None:
+        """Record that the current step's answer may change at these raw float64 ``values`` of
+        input column ``column`` (the registration gate probes them)."""
+        step = self._step
+        where = f"{step.path} ({step.estimator})" if step is not None else self.path
+        points = DecisionPoints.of(column, values, where, kind)
+        if points.values.size:
+            self.decisions.append(points)
 
     # -- values --------------------------------------------------------------------------------
     def param(self, value: Any, name: str, dtype: str | None = None) -> lz.LazyTensor:
@@ -161,11 +237,13 @@ class Context:
 
     def _schema_state(self) -> tuple[Any, ...]:
         schema = self.schema
-        return schema.columns, dict(schema.vocabularies), dict(self._code_inputs)
+        state = schema.columns, dict(schema.vocabularies), dict(self._code_inputs)
+        return (*state, len(self.decisions))
 
     def _restore_schema_state(self, state: tuple[Any, ...]) -> None:
         """Undo what a refused converter registered (categorical columns and their codes)."""
-        self.schema.columns, vocabularies, code_inputs = state
+        self.schema.columns, vocabularies, code_inputs, decisions = state
+        del self.decisions[decisions:]
         self.schema.vocabularies.clear()
         self.schema.vocabularies.update(vocabularies)
         self._code_inputs = code_inputs
@@ -246,3 +324,25 @@ def _output_width(estimator: Any, run: Any, width: int) -> int:
     raise UnsupportedError(
         f"{type(estimator).__name__} cannot run as a host step: {errors[-1]}"
     ) from errors[-1]
+
+
+_FLOATS = ("float32", "float64")
+
+
+def _cast_features(features: Features, dtype: str | None) -> Features:
+    """``features`` with float values in ``dtype`` (None: as they are)."""
+    values = features.values
+    if dtype is None or values.dtype == dtype or values.dtype not in _FLOATS:
+        return features
+    return dataclasses.replace(features, values=lz.cast(values, dtype))
+
+
+def _cast_heads(heads: Heads, dtype: str | None) -> Heads:
+    """``heads`` with float outputs in ``dtype`` (None: as they are); indices stay integers."""
+    if dtype is None:
+        return heads
+    outputs = {
+        method: lz.cast(v, dtype) if v.dtype in _FLOATS and v.dtype != dtype else v
+        for method, v in heads.outputs.items()
+    }
+    return dataclasses.replace(heads, outputs=outputs)

@@ -12,8 +12,10 @@ _HEADER = """# Supported operators
 Generated from the converter registry by `python -m compiler.docs > docs/operators.md`; a test
 fails when this file is stale. Every class listed here is enrolled in the conformance suite
 (`tests/compiler/test_conformance.py`): parity with the source estimator on every method, on the
-numpy interpreter and on JAX. Anything not listed raises `UnsupportedError` at compile time, as
-does any hyper-parameter a converter cannot reproduce exactly.
+numpy interpreter and on JAX, and on the registration gate's probe rows (every raw value where the
+compiled model decides, its float64 and float32 neighbours, NaN, ±inf, known and unseen
+categories; `service/parity_probes.py`). Anything not listed raises `UnsupportedError` at compile
+time, as does any hyper-parameter a converter cannot reproduce exactly.
 
 The *exactness* column says where a class's decisions are made exact and in what precision it
 computes. Graphs are float32 unless compiled with `dtype="float64"`. Decisions — tree splits, bin
@@ -30,6 +32,14 @@ edges, quantile knots — must decide as the source does for float64 inputs, so:
   XGBoost) keep float32 input on raw columns: the host's rounding is the source's.
 - A column no map describes (a projection, polynomial terms) is compared as the graph computed
   it; such a decision is exact only where float32 rounding cannot cross it.
+
+The *precision* column names the classes whose float32 answers can miss the conformance tolerance
+(relative 1e-5, scaled by the output's magnitude) and why. In a float32 graph the compiler
+promotes such a step to float64 by itself (`compiler/precision.py`): *with the steps feeding it*
+(they compute in float64 too, and the input table arrives in float64) or *its own arithmetic
+only*; every other step stays float32, and the compile report's `promoted` lists each promoted
+step and why. `dtype="float64"` computes everything in float64; `promote=False` keeps every step
+in float32 (faster, and those heads may then miss the tolerance).
 """
 
 
@@ -47,12 +57,16 @@ def render() -> str:
         lines += [
             f"## `{family}`",
             "",
-            "| class | methods | limits | exactness |",
-            "|---|---|---|---|",
+            "| class | methods | limits | exactness | precision |",
+            "|---|---|---|---|---|",
         ]
         for reg in groups[family]:
             methods = ", ".join(f"`{m}`" for m in reg.methods)
-            row = f"| `{reg.name}` | {methods} | {reg.limits or '—'} | {reg.exactness or '—'} |"
+            precision = reg.precision.describe() if reg.precision else "—"
+            row = (
+                f"| `{reg.name}` | {methods} | {reg.limits or '—'} | {reg.exactness or '—'} "
+                f"| {precision} |"
+            )
             lines.append(row)
         lines.append("")
     return "\n".join(lines)

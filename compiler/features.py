@@ -41,6 +41,22 @@ class ColumnMap:
         return v
 
 
+@dataclass(frozen=True, eq=False)
+class CodeTable:
+    """A computed column as a table look-up of a raw column's host-made category codes.
+
+    Row r's value is ``table[code[r]]`` (float64, as the source computes it), as an
+    OrdinalEncoder's output is; codes where ``reachable`` is False never occur (an unknown value
+    the host refuses). An encoder reading such a column composes its own look-up with the table
+    at compile time (HistGradientBoosting's categorical features behind an OrdinalEncoder), so
+    no category is found by comparing floats on the device.
+    """
+
+    code: lz.LazyTensor  # (B,) int32
+    table: np.ndarray  # (n_codes,) float64
+    reachable: np.ndarray  # (n_codes,) bool
+
+
 @dataclass(frozen=True)
 class Features:
     """A (B, k) float matrix a step consumes.
@@ -48,18 +64,27 @@ class Features:
     ``sources[j]`` is the index of the input-table column that column j is verbatim, or None if it
     was computed. Categorical encoders use it to read the host-made integer codes of a raw column.
     ``maps[j]`` (optional, empty: none known) describes a computed column j exactly as a
-    :class:`ColumnMap` of one raw column; see :meth:`column_map`.
+    :class:`ColumnMap` of one raw column; see :meth:`column_map`. ``codes[j]`` (optional, empty:
+    none known) describes a computed column j as a :class:`CodeTable` look-up of a raw column's
+    category codes.
     """
 
     values: lz.LazyTensor
     sources: tuple[int | None, ...]
     maps: tuple[ColumnMap | None, ...] = ()
+    codes: tuple[CodeTable | None, ...] = ()
 
     def __post_init__(self) -> None:
         if self.values.ndim != 2 or self.values.shape[1] != len(self.sources):
             raise ValueError(f"features {self.values.shape} vs {len(self.sources)} sources")
         if self.maps and len(self.maps) != len(self.sources):
             raise ValueError(f"features of {len(self.sources)} columns vs {len(self.maps)} maps")
+        if self.codes and len(self.codes) != len(self.sources):
+            raise ValueError(f"features of {len(self.sources)} columns vs {len(self.codes)} codes")
+
+    def code_table(self, j: int) -> CodeTable | None:
+        """Column j as a look-up of a raw column's category codes, if it is known to be one."""
+        return self.codes[j] if self.codes else None
 
     def column_map(self, j: int) -> ColumnMap | None:
         """Column j as a map of a raw column: its own map, or the identity of (or an imputer's
@@ -103,11 +128,12 @@ class Features:
             return self
         sources = tuple(self.sources[i] for i in idx)
         maps = tuple(self.maps[i] for i in idx) if self.maps else ()
+        codes = tuple(self.codes[i] for i in idx) if self.codes else ()
         if idx and idx == list(range(idx[0], idx[0] + len(idx))):
             values = lz.slice_axis(self.values, 1, idx[0], idx[0] + len(idx))
-            return Features(values, sources, maps)
+            return Features(values, sources, maps, codes)
         table = lz.const(np.asarray(idx, np.int32))
-        return Features(lz.take(self.values, table, axis=1), sources, maps)
+        return Features(lz.take(self.values, table, axis=1), sources, maps, codes)
 
     @staticmethod
     def concat(parts: Sequence[Features]) -> Features:
@@ -118,7 +144,10 @@ class Features:
         maps = ()
         if any(p.maps for p in parts):
             maps = tuple(m for p in parts for m in (p.maps or (None,) * p.width))
-        return Features(values, tuple(s for p in parts for s in p.sources), maps)
+        codes = ()
+        if any(p.codes for p in parts):
+            codes = tuple(c for p in parts for c in (p.codes or (None,) * p.width))
+        return Features(values, tuple(s for p in parts for s in p.sources), maps, codes)
 
 
 @dataclass(frozen=True)
@@ -139,13 +168,20 @@ class Heads:
     maps: tuple[ColumnMap | None, ...] = ()  # exact maps of the transform head's columns
     extra: Mapping[str, object] = field(default_factory=dict)
     splits: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    codes: tuple[CodeTable | None, ...] = ()  # code look-ups of the transform head's columns
 
     def features(self) -> Features:
         values = self.outputs["transform"]
         if values.ndim == 1:
             values = lz.reshape(values, (lz.B, 1))
-        return Features(values, self.sources or (None,) * int(values.shape[1]), self.maps)
+        sources = self.sources or (None,) * int(values.shape[1])
+        return Features(values, sources, self.maps, self.codes)
 
     @classmethod
     def transformed(cls, features: Features) -> Heads:
-        return cls({"transform": features.values}, sources=features.sources, maps=features.maps)
+        return cls(
+            {"transform": features.values},
+            sources=features.sources,
+            maps=features.maps,
+            codes=features.codes,
+        )

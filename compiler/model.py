@@ -15,6 +15,7 @@ from .context import Context, check_fitted
 from .errors import SchemaError, UnsupportedError
 from .features import Features, Heads
 from .options import METHODS, CompileOptions
+from .probes import DecisionPoints
 from .report import CompileReport
 from .schema import InputSchema, schema_for
 
@@ -36,6 +37,8 @@ class Traced:
     #: The dtype the host sends the input table ``x`` in: float64 where decisions read raw
     #: float64 columns (:func:`compiler.trees.folding.exact_splits`), else the options' dtype.
     input_dtype: str = "float32"
+    #: Raw input values where a compiled decision flips (:mod:`compiler.probes`).
+    decisions: tuple[DecisionPoints, ...] = ()
 
 
 def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None = None) -> Traced:
@@ -43,10 +46,19 @@ def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None 
     options = options or CompileOptions()
     check_fitted(estimator)
     ctx, heads = _convert(estimator, sample, options, options.dtype)
-    if ctx.wants_float64_input:  # a step decides on raw float64 columns: the input is float64
-        ctx, heads = _convert(estimator, sample, options, "float64")
-        if ctx.wants_float64_input:
-            raise AssertionError("a float64 input trace asked for float64 input")
+    # Traced again while a trace asks for more: float64 input (a step decides on raw float64
+    # columns) or a float64 segment (compiler.precision). Each retrace only adds, so it settles.
+    float64: dict[str, str] = {}
+    for _ in range(_MAX_TRACES):
+        wanted = ctx.float64_segment()
+        needs_input = ctx.wants_float64_input or ctx.float64_inputs
+        if wanted.keys() <= float64.keys() and not (needs_input and ctx.raw.dtype != "float64"):
+            break
+        float64.update(wanted)
+        input_dtype = "float64" if needs_input or ctx.raw.dtype == "float64" else options.dtype
+        ctx, heads = _convert(estimator, sample, options, input_dtype, float64)
+    else:
+        raise AssertionError("the trace did not settle on an input dtype and float64 segment")
     builder = ctx.builder
     methods = _methods(estimator, heads, options)
     outputs = {m: heads.outputs[m] for m in methods}
@@ -62,21 +74,35 @@ def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None 
     report.parameters = sum(int(v.size) for g in program.graphs for v in g.params.values())
     splits = {m: tuple(heads.splits[m]) for m in methods if m in heads.splits}
     dtype = ctx.raw.dtype if ctx.raw is not None else options.dtype
-    return Traced(program, ctx.schema, heads.classes, methods, report, splits, dtype)
+    decisions = tuple(ctx.decisions)
+    return Traced(program, ctx.schema, heads.classes, methods, report, splits, dtype, decisions)
+
+
+#: Traces of one model at most: the first, float64 input, a float64 segment, and slack.
+_MAX_TRACES = 4
 
 
 def _convert(
-    estimator: Any, sample: Any, options: CompileOptions, input_dtype: str
+    estimator: Any,
+    sample: Any,
+    options: CompileOptions,
+    input_dtype: str,
+    float64: Mapping[str, str] | None = None,
 ) -> tuple[Context, Heads]:
     """One conversion of ``estimator`` whose input table arrives as ``input_dtype`` (steps see
-    it in the options' dtype)."""
+    it in their dtype: the options', or float64 in the ``float64`` segment)."""
     schema = schema_for(estimator, sample)
     builder = lz.Builder()
     raw = builder.input("x", (len(schema.columns),), input_dtype)
-    x = raw if input_dtype == options.dtype else lz.cast(raw, options.dtype)
-    ctx = Context(builder, options, schema, raw)
-    heads = ctx.convert(estimator, Features(x, tuple(range(len(schema.columns)))), "model")
+    ctx = Context(builder, options, schema, raw, float64)
+    dtype = ctx.dtype_of(_ROOT)
+    x = raw if input_dtype == dtype else lz.cast(raw, dtype)
+    heads = ctx.convert(estimator, Features(x, tuple(range(len(schema.columns)))), _ROOT)
     return ctx, heads
+
+
+#: The path of the estimator being compiled (its steps' paths start with it).
+_ROOT = "model"
 
 
 def declares_float64(program: lz.Program) -> bool:
@@ -210,6 +236,8 @@ class CompiledModel:
         self.report = traced.report
         self.classes_ = traced.classes
         self.methods = traced.methods
+        #: Where its answers may change, per raw input column (the parity gate probes these).
+        self.decisions = traced.decisions
         self._dtype = np.dtype(traced.input_dtype)
         self._decoders = _decoders(traced)
         if options.backend == "interpreter":

@@ -22,7 +22,9 @@ class CompileOptions:
     ``lazy.executor.call_rows_for``; ``max_batch``: chunk larger calls at ``max_batch``).
     ``host_rows``: buckets of at most this many rows (default: all) are timed at warm-up on
     numpy on the host too, and run there where that is faster (0: always on ``backend``; see
-    ``lazy.executor.HOST_ROWS``).
+    ``lazy.executor.HOST_ROWS``). ``promote``: in a float32 graph, the numerically sensitive
+    steps (and those feeding them) compute in float64 so that every head meets the float32
+    tolerance; False keeps every step in ``dtype`` (faster; such heads may then miss it).
     """
 
     dtype: Literal["float32", "float64"] = "float32"
@@ -34,6 +36,7 @@ class CompileOptions:
     call_rows: int | None = None
     host_rows: int = lz.HOST_ROWS
     warmup: bool = True
+    promote: bool = True
     cache: Any = None  # a lazy.ExecutableCache; None: the process-wide default
 
     def lazy_options(self, *, float64: bool = False) -> lz.Options:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import UnsupportedError
+from .precision import Precision
 
 if TYPE_CHECKING:
     from .context import Context
@@ -28,6 +29,8 @@ class Registration:
     limits: str
     #: Where its decisions are made exact and in what precision it computes (docs/operators.md).
     exactness: str = ""
+    #: Whether (and why) its heads compute in float64 in a float32 graph (docs/operators.md).
+    precision: Precision | None = None
 
     @property
     def name(self) -> str:
@@ -42,16 +45,25 @@ _REGISTRY: dict[type, Registration] = {}
 
 
 def register(
-    *classes: type, methods: Sequence[str], limits: str = "", exactness: str = ""
+    *classes: type,
+    methods: Sequence[str],
+    limits: str = "",
+    exactness: str = "",
+    precision: Precision | str | None = None,
 ) -> Callable[[Converter], Converter]:
     """Register ``converter`` for ``classes``; ``methods`` are the heads it can produce,
-    ``limits`` what it supports, ``exactness`` how its decisions match the source's."""
+    ``limits`` what it supports, ``exactness`` how its decisions match the source's,
+    ``precision`` why its heads need float64 (a reason alone: always, with its inputs)."""
+    if isinstance(precision, str):
+        precision = Precision(precision)
 
     def decorate(converter: Converter) -> Converter:
         for cls in classes:
             if cls in _REGISTRY:
                 raise ValueError(f"{cls.__name__} is already registered")
-            _REGISTRY[cls] = Registration(cls, converter, tuple(methods), limits, exactness)
+            _REGISTRY[cls] = Registration(
+                cls, converter, tuple(methods), limits, exactness, precision
+            )
         return converter
 
     return decorate

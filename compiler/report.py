@@ -12,6 +12,9 @@ class StepReport:
     estimator: str  # class name
     where: str  # "device" or "host"
     detail: str = ""  # e.g. the tree strategy chosen
+    #: Why the step computes in float64 in a float32 graph ("" where it does not; see
+    #: compiler.precision): its own reason, "feeds <path>" or "holds <path>".
+    precision: str = ""
 
 
 @dataclass
@@ -26,7 +29,13 @@ class CompileReport:
     def host_steps(self) -> list[str]:
         return [s.path for s in self.steps if s.where == "host"]
 
+    @property
+    def promoted(self) -> dict[str, str]:
+        """Step path → why it computes in float64, for the steps promoted from float32."""
+        return {s.path: s.precision for s in self.steps if s.precision}
+
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["host_steps"] = self.host_steps
+        data["promoted"] = self.promoted
         return data

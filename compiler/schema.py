@@ -242,6 +242,10 @@ class InputSchema:
     rejects_nan: frozenset[int] = frozenset()
     #: The source takes a 1-D array (LabelEncoder's labels): a 1-D input is its one column.
     vector: bool = False
+    #: The source took column names with spaces turned into ``_`` (LightGBM records them
+    #: so; its predict reads a frame by position): a client's ``sepal length (cm)`` is then the
+    #: column ``sepal_length_(cm)``.
+    spaces_as_underscores: bool = False
 
     @property
     def names(self) -> list[str]:
@@ -359,16 +363,36 @@ class InputSchema:
                 "which this model does not accept"
             )
 
+    def _keys(self, given: list[Any]) -> list[Any]:
+        """Per schema column, the key of ``given`` (a table's column names) holding it, or
+        None: the name itself, else (:attr:`spaces_as_underscores`) the one name that reads as
+        it with spaces turned into ``_``."""
+        present = set(given)
+        keys: list[Any] = [c if c in present else None for c in self.names]
+        if self.spaces_as_underscores and None in keys:
+            renamed: dict[str, list[Any]] = {}
+            for key in given:
+                renamed.setdefault(str(key).replace(" ", "_"), []).append(key)
+            keys = [
+                k if k is not None or len(renamed.get(c, ())) != 1 else renamed[c][0]
+                for c, k in zip(self.names, keys, strict=True)
+            ]
+        return keys
+
     def _columns(self, data: Any) -> list[Any]:
         """``data``'s columns as 1-D numpy arrays, except a DataFrame's categorical columns of
         Arrow strings, which stay pandas columns (:func:`_arrow_groups` encodes them)."""
         n = len(self.columns)
         if hasattr(data, "columns") and hasattr(data, "iloc"):  # a pandas DataFrame
             if self.named:
-                missing = [c for c in self.names if c not in data.columns]
+                keys = self._keys(list(data.columns))
+                missing = [c for c, k in zip(self.names, keys, strict=True) if k is None]
                 if missing:
-                    raise SchemaError(f"missing columns {missing}; expected {self.names}")
-                columns = [data[c] for c in self.names]
+                    raise SchemaError(
+                        f"missing columns {missing}; expected {self.names}, got "
+                        f"{[str(c) for c in data.columns]}"
+                    )
+                columns = [data[k] for k in keys]
                 arrow = len(data) > _DICT_GROUPING_MAX_ROWS  # below, Arrow's fixed costs lose
                 return [
                     c if arrow and j in self.vocabularies and _arrow_strings(c) else c.to_numpy()
@@ -376,11 +400,14 @@ class InputSchema:
                 ]
             data = data.to_numpy()
         if isinstance(data, Mapping):  # columnar: {column: values}
-            missing = [c for c in self.names if c not in data]
+            keys = self._keys(list(data))
+            missing = [c for c, k in zip(self.names, keys, strict=True) if k is None]
             if missing:
-                raise SchemaError(f"missing columns {missing}; expected {self.names}")
+                raise SchemaError(
+                    f"missing columns {missing}; expected {self.names}, got {list(data)}"
+                )
             columns = [
-                np.asarray(data[c], dtype=object if _has_str(data[c]) else None) for c in self.names
+                np.asarray(data[k], dtype=object if _has_str(data[k]) else None) for k in keys
             ]
             lengths = {len(c) for c in columns}
             if len(lengths) > 1:
@@ -388,11 +415,12 @@ class InputSchema:
             return columns
         if isinstance(data, Sequence) and data and isinstance(data[0], Mapping):  # dict rows
             out = []
-            for name in self.names:
+            keys = self._keys(list(data[0]))
+            for name, key in zip(self.names, keys, strict=True):
                 try:
-                    out.append(np.asarray(list(map(itemgetter(name), data)), dtype=object))
+                    out.append(np.asarray(list(map(itemgetter(key or name), data)), dtype=object))
                 except KeyError:
-                    bad = next(i for i, row in enumerate(data) if name not in row)
+                    bad = next(i for i, row in enumerate(data) if (key or name) not in row)
                     raise SchemaError(f"row {bad} has no column {name!r}") from None
             return out
         array = np.asarray(data, dtype=object if _has_str(data) else None)
@@ -573,4 +601,12 @@ def schema_for(estimator: Any, sample: Any = None) -> InputSchema:
             kinds[str(name)] = (
                 "boolean" if kind == "b" else "numeric" if kind in "fiu" else "categorical"
             )
-    return InputSchema(tuple(Column(c, kinds.get(c, "numeric")) for c in cols), named)
+    columns = tuple(Column(c, kinds.get(c, kinds.get(_spaced(c, kinds), "numeric"))) for c in cols)
+    lightgbm = type(estimator).__module__.split(".")[0] == "lightgbm"
+    return InputSchema(columns, named, spaces_as_underscores=lightgbm and named)
+
+
+def _spaced(name: str, names: Mapping[str, Any]) -> str:
+    """The one name of ``names`` that reads as ``name`` with spaces turned into ``_``."""
+    found = [n for n in names if n.replace(" ", "_") == name]
+    return found[0] if len(found) == 1 else name

@@ -450,26 +450,20 @@ class ModelManager:
             schema = compiler.trace(estimator, options=self._trace_options(opts)).schema
             schema_sample = parity.source_input(schema, sample)
         model = compiler.compile(estimator, sample=schema_sample, options=options)
-        if schema_sample is not None:
-            rows, source = schema_sample, "sample"
-        else:
-            rows = parity.synthesise_rows(
-                model.schema,
-                self.settings.parity_rows,
-                lambda r: parity.source_accepts(estimator, model.methods, r),
-            )
-            source = "synthetic"
-        result = parity.check_parity(
+        result = parity.gate(
             estimator,
             model,
-            rows,
-            source=source,
+            schema_sample,
+            synthetic_rows=self.settings.parity_rows,
+            probe_rows=self.settings.parity_probe_rows,
             rtol=self.settings.parity_rtol,
             atol=self.settings.parity_atol,
         )
         mv.parity = result.as_dict()
         if not result.ok:
-            raise parity.ParityError(f"parity check failed on {source} rows: {result.problem}")
+            raise parity.ParityError(
+                f"parity check failed on {result.source} and probe rows: {result.problem}"
+            )
         mv.model = model
 
     def _activate(self, mv: ModelVersion) -> None:

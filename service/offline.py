@@ -7,6 +7,7 @@ under a progress bar, checks parity against the source, and prints the compile r
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import orjson
@@ -17,6 +18,8 @@ from rich.table import Table
 import compiler
 import lazy as lz
 from service import artifacts, parity
+from service.artifacts.skops_trust import HOST_STEP_SETTING
+from service.settings import Settings
 
 
 def compile_file(
@@ -28,12 +31,21 @@ def compile_file(
     dtype: str = "float32",
     cache_dir: Path | None = None,
     allow_pickle: bool = False,
+    host_step_modules: Sequence[str] | None = None,
     console: Console | None = None,
 ) -> int:
+    """``host_step_modules``: the modules whose functions and classes a skops file may reference,
+    run as host steps (None: the service's setting, ``KESTREL_HOST_STEP_MODULES``); as in the
+    service, steps run on the host only when some module is trusted."""
     console = console or Console(width=120)
+    if host_step_modules is None:
+        host_step_modules = Settings().host_step_modules
     try:
         loaded = artifacts.load_artifact(
-            path.read_bytes(), filename=path.name, allow_pickle=allow_pickle
+            path.read_bytes(),
+            filename=path.name,
+            allow_pickle=allow_pickle,
+            host_step_modules=host_step_modules,
         )
     except artifacts.ArtifactError as exc:
         console.print(f"[red]cannot load {path}: {exc}[/red]")
@@ -44,6 +56,7 @@ def compile_file(
         dtype=dtype,  # type: ignore[arg-type]
         tree_strategy=tree_strategy,  # type: ignore[arg-type]
         max_batch=max_batch,
+        allow_host_steps=bool(host_step_modules),
         cache=cache,
         warmup=False,
     )
@@ -55,6 +68,12 @@ def compile_file(
         traced = compiler.trace(estimator, sample=source_rows, options=options)
     except compiler.CompilerError as exc:
         console.print(f"[red]cannot compile {type(estimator).__name__}: {exc}[/red]")
+        if not host_step_modules and "host step" in str(exc):
+            _fail(
+                console,
+                f"host steps are off: {HOST_STEP_SETTING} lists no trusted module (steps the "
+                "compiler cannot convert run on the host only for modules listed there)",
+            )
         return 1
     trace_s = time.perf_counter() - t0
     model = compiler.CompiledModel(traced, options)
@@ -89,8 +108,8 @@ def compile_file(
         steps.add_row(
             str(step.get("path", "")),
             str(step.get("estimator", "")),
-            "host" if step.get("host") else "device",
-            "; ".join(step.get("notes", []) or []),
+            str(step.get("where", "")),
+            str(step.get("detail", "")),
         )
     console.print(steps)
     buckets = Table(title="buckets")
@@ -104,24 +123,27 @@ def compile_file(
         f"{s.total_compiles} compiled, {s.disk_hits} loaded from disk; "
         f"graph {report.get('graph_nodes')} nodes"
     )
-    check_rows = source_rows
-    source = "sample"
+    defaults = Settings()
     try:
-        if check_rows is None:
-            check_rows = parity.synthesise_rows(
-                model.schema, 64, lambda r: parity.source_accepts(estimator, model.methods, r)
-            )
-            source = "synthetic"
-        result = parity.check_parity(
-            estimator, model, check_rows, source=source, rtol=1e-4, atol=1e-5
+        result = parity.gate(
+            estimator,
+            model,
+            source_rows,
+            synthetic_rows=defaults.parity_rows,
+            probe_rows=defaults.parity_probe_rows,
+            rtol=defaults.parity_rtol,
+            atol=defaults.parity_atol,
         )
     except Exception as exc:  # the source refused the rows, or no rows could be made for it
         _fail(console, f"parity check failed: {type(exc).__name__}: {exc}")
         return 1
     if not result.ok:
-        _fail(console, f"parity check failed on {source} rows: {result.problem}")
+        _fail(console, f"parity check failed on {result.source} and probe rows: {result.problem}")
         return 1
-    console.print(f"parity with the source on {result.rows} {source} rows: ok")
+    console.print(
+        f"parity with the source on {result.rows - result.probes} {result.source} rows and "
+        f"{result.probes} probe rows: ok"
+    )
     return 0
 
 

@@ -1,21 +1,27 @@
 """The registration gate: a compiled model must agree with its source estimator before serving.
 
-Rows come from the uploaded sample or, without one, are synthesised from the input schema
+Base rows come from the uploaded sample or, without one, are synthesised from the input schema
 (categories from each vocabulary, numbers from a few generators until the source accepts them).
-Class labels must be identical, except on rows where the source itself is at a tie (its two top
-scores within tolerance), where float32 may legitimately pick the other class. Numeric outputs must
-agree within ``rtol``/``atol``.
+Probe rows built from the fitted model itself follow them (:mod:`service.parity_probes`): every
+value where the compiled model decides, its float64 and float32 neighbours, midpoints, NaN, ±inf,
+known and unseen categories. Class labels must be identical, except on rows where the source
+itself is at a tie (its two top scores within tolerance), where float32 may legitimately pick the
+other class. Numeric outputs must agree within ``rtol``/``atol``. A failure names the first
+failing row: the sample or synthetic row, or the probe (column, step, value).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 import compiler
+
+from . import parity_probes
 
 
 @dataclass(frozen=True)
@@ -30,9 +36,10 @@ class MethodParity:
 class ParityResult:
     ok: bool
     rows: int
-    source: str  # "sample" or "synthetic"
+    source: str  # "sample" or "synthetic": where the base rows came from
     methods: list[MethodParity] = field(default_factory=list)
     problem: str | None = None
+    probes: int = 0  # rows of ``rows`` built from the model's decisions
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -79,7 +86,36 @@ def source_method(estimator: Any, method: str) -> Callable[[Any], Any]:
     if _is_xgboost_booster(estimator):
         margin = method == "decision_function"
         return lambda rows: estimator.predict(_dmatrix(estimator, rows), output_margin=margin)
+    categories = _lightgbm_categories(estimator)
+    if categories:
+        run = getattr(estimator, method)
+        return lambda rows: run(_as_categories(rows, categories))
     return getattr(estimator, method)
+
+
+def _lightgbm_categories(estimator: Any) -> list[list[Any]] | None:
+    """The categories of a LightGBM model fitted on pandas ``category`` columns, in the order of
+    those columns (None for any other model)."""
+    if type(estimator).__module__.split(".")[0] != "lightgbm":
+        return None
+    booster = getattr(estimator, "booster_", estimator)
+    return getattr(booster, "pandas_categorical", None) or None
+
+
+def _as_categories(rows: Any, categories: list[list[Any]]) -> Any:
+    """``rows`` with its non-numeric columns (the categorical ones, in order) as pandas
+    categories of the fitted values, as LightGBM predicts only on those."""
+    if not hasattr(rows, "columns"):
+        return rows
+    import pandas as pd
+
+    columns = [c for c in rows.columns if rows[c].dtype.kind not in "fiub"]
+    if len(columns) != len(categories):
+        return rows
+    rows = rows.copy()
+    for column, values in zip(columns, categories, strict=True):
+        rows[column] = pd.Categorical(rows[column], categories=values)
+    return rows
 
 
 def _is_xgboost_booster(estimator: Any) -> bool:
@@ -117,8 +153,10 @@ def _dmatrix(booster: Any, rows: Any) -> Any:
 def source_accepts(estimator: Any, methods: Sequence[str], rows: Any) -> bool:
     """Whether every method of the source estimator runs on ``rows`` without raising."""
     try:
-        for method in methods:
-            source_method(estimator, method)(rows)
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            for method in methods:
+                source_method(estimator, method)(rows)
     except Exception:  # the source refuses these rows (e.g. negative input to a log)
         return False
     return True
@@ -134,7 +172,9 @@ def _as_source_input(schema: compiler.InputSchema, columns: dict[str, Any]) -> A
 
 
 def source_input(schema: compiler.InputSchema, sample: Any) -> Any:
-    """The sample in the form the source estimator was fitted on (a DataFrame when named)."""
+    """The sample in the form the source estimator was fitted on (a DataFrame when named).
+    Dict rows or columns must hold every column of the schema, as a scoring request must."""
+    _check_columns(schema, sample)
     if schema.named and not hasattr(sample, "columns"):
         import pandas as pd
 
@@ -152,6 +192,57 @@ def source_input(schema: compiler.InputSchema, sample: Any) -> Any:
     return sample
 
 
+def gate(
+    estimator: Any,
+    model: compiler.CompiledModel,
+    sample: Any,
+    *,
+    synthetic_rows: int,
+    probe_rows: int,
+    rtol: float,
+    atol: float,
+) -> ParityResult:
+    """The registration gate: the sample (source form; None: ``synthetic_rows`` synthesised
+    rows) and about ``probe_rows`` probe rows, compared with :func:`check_parity`."""
+
+    def accepts(rows: Any) -> bool:
+        return source_accepts(estimator, model.methods, rows)
+
+    def accepts_probes(rows: Any) -> bool:  # one head tells whether the source takes the rows
+        return source_accepts(estimator, model.methods[:1], rows)
+
+    if sample is not None:
+        base, source = sample, "sample"
+    else:
+        base, source = synthesise_rows(model.schema, synthetic_rows, accepts), "synthetic"
+    probes = parity_probes.build(
+        model.schema, base, model.decisions, accepts_probes, limit=probe_rows
+    )
+    labels = [f"{source} row {i}" for i in range(len(base))]
+    rows = base
+    if len(probes):
+        rows = parity_probes.joined(base, probes.rows)
+        labels += probes.labels
+    result = check_parity(
+        estimator, model, rows, source=source, rtol=rtol, atol=atol, labels=labels
+    )
+    return replace(result, probes=len(probes))
+
+
+def _check_columns(schema: compiler.InputSchema, sample: Any) -> None:
+    if isinstance(sample, dict):
+        keys = [set(sample)]
+    elif isinstance(sample, list) and sample and isinstance(sample[0], dict):
+        keys = [set(row) for row in sample]
+    else:
+        return
+    for i, present in enumerate(keys):
+        missing = [c for c in schema.names if c not in present]
+        if missing:
+            where = f"sample row {i}" if len(keys) > 1 or isinstance(sample, list) else "sample"
+            raise compiler.SchemaError(f"{where} has no column {missing[0]!r}")
+
+
 def check_parity(
     estimator: Any,
     model: compiler.CompiledModel,
@@ -160,9 +251,15 @@ def check_parity(
     source: str,
     rtol: float,
     atol: float,
+    labels: Sequence[str] | None = None,
 ) -> ParityResult:
-    """Compare every compiled method with the source on ``rows``."""
+    """Compare every compiled method with the source on ``rows`` (``labels``: what each row is,
+    for the failure message)."""
     n = len(rows)
+
+    def what(row: int) -> str:
+        return labels[row] if labels is not None else f"row {row}"
+
     results: list[MethodParity] = []
     problems: list[str] = []
     compiled = {m: side_by_side(v) for m, v in model.outputs(rows).items()}
@@ -186,7 +283,7 @@ def check_parity(
             if bad:
                 row = int(np.argmax(differ & ~ties))
                 problems.append(
-                    f"predict: {bad} of {n} labels differ (first: row {row}, "
+                    f"predict: {bad} of {n} labels differ (first: {what(row)}; "
                     f"compiled {got[row]!r}, source {want[row]!r})"
                 )
             continue
@@ -202,16 +299,17 @@ def check_parity(
             row = int(np.argmax(bad_rows))
             problems.append(
                 f"{method}: {int(bad_rows.sum())} of {n} rows differ beyond rtol={rtol}, "
-                f"atol={atol} (max |Δ| {float(diff.max()):.3g}, first at row {row})"
+                f"atol={atol} (max |Δ| {float(diff.max()):.3g}; first: {what(row)})"
             )
     return ParityResult(not problems, n, source, results, "; ".join(problems) or None)
 
 
 def side_by_side(output: Any) -> np.ndarray:
-    """One array per output; a per-target list (MultiOutputClassifier) is joined on axis 1."""
+    """One dense array per output; a per-target list (MultiOutputClassifier) is joined on
+    axis 1."""
     if isinstance(output, list):
-        return np.concatenate([np.asarray(a).reshape(len(a), -1) for a in output], axis=1)
-    return np.asarray(output)
+        return np.concatenate([side_by_side(a).reshape(len(a), -1) for a in output], axis=1)
+    return np.asarray(output.toarray() if hasattr(output, "toarray") else output)  # sparse
 
 
 def _row_any(mask: np.ndarray) -> np.ndarray:

@@ -87,6 +87,12 @@ class Settings(BaseSettings):
         600.0, gt=0, description="longest a registering client may wait for READY"
     )
     parity_rows: int = Field(64, ge=1, le=100_000, description="rows synthesised for parity")
+    parity_probe_rows: int = Field(
+        8192,
+        ge=0,
+        le=1_000_000,
+        description="about how many rows probe the model's own decision values for parity",
+    )
     parity_rtol: float = Field(1e-4, gt=0, description="relative tolerance of the parity check")
     parity_atol: float = Field(1e-5, ge=0, description="absolute tolerance of the parity check")
     demo_model: bool = Field(False, description="register a demo model at start if absent")

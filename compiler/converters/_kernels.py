@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 import lazy as lz
 
 from ..context import Context
@@ -29,6 +31,17 @@ def _normalized(x: lz.LazyTensor) -> lz.LazyTensor:
     """``sklearn.preprocessing.normalize``: rows of norm zero stay zero."""
     norm = lz.sqrt(lz.sum(x * x, axis=1, keepdims=True))
     return x / lz.where(norm == 0.0, 1.0, norm)
+
+
+def kernel_bound(name: str, points: np.ndarray, gamma: float, degree: float, coef0: float) -> float:
+    """An upper bound of ``|pairwise_kernels(x, points, metric=name)|`` for rows ``x`` like the
+    fitted ``points`` (bounded kernels: 1; the others from the points' largest norm)."""
+    if name in ("rbf", "sigmoid", "cosine"):
+        return 1.0
+    top = float(np.max(np.sum(points * points, axis=1), initial=0.0))
+    if name == "poly":
+        return float((abs(gamma) * top + abs(coef0)) ** degree)
+    return top  # linear
 
 
 def kernel(

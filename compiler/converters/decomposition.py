@@ -18,8 +18,9 @@ from ..blocks import affine
 from ..context import Context
 from ..errors import UnsupportedError
 from ..features import Features, Heads
+from ..precision import Precision
 from ..registry import register
-from ._kernels import kernel
+from ._kernels import kernel, kernel_bound
 
 
 def _projection(x: lz.LazyTensor, components: Any, mean: Any, scale: Any, ctx: Context):
@@ -54,10 +55,41 @@ def fast_ica(est: Any, features: Features, ctx: Context) -> Heads:
     return Heads({"transform": _projection(features.values, est.components_, mean, None, ctx)})
 
 
+#: float32 is kept where the estimated float32 error is at most this share of the tolerance (the
+#: estimate is rough, so the margin is wide).
+_KERNEL_PCA_FLOAT32_SHARE = 0.05
+_RTOL32 = 1e-5  # the float32 tolerance: relative, scaled by the output's magnitude
+
+
+def _kernel_pca_amplifies(est: Any) -> bool:
+    """Whether float32 rounding of the kernel row, amplified by the smallest kept eigenvalue,
+    may reach the tolerance: component j is ``k_centred @ v_j / sqrt(lambda_j)``, whose error is
+    about ``eps * |k| * sqrt(n) / sqrt(lambda_j)``, while the outputs are about
+    ``sqrt(lambda_max)`` (a saturated sigmoid kernel leaves its information in tiny eigenvalues)."""
+    if callable(est.kernel) or est.kernel == "precomputed":
+        return False  # refused by the converter
+    eigenvalues = np.asarray(est.eigenvalues_, np.float64)
+    kept = eigenvalues[eigenvalues > 0]
+    if not kept.size:
+        return False
+    points = np.asarray(est.X_fit_, np.float64)
+    bound = kernel_bound(est.kernel, points, float(est.gamma_), est.degree, est.coef0)
+    error = np.finfo(np.float32).eps * bound * np.sqrt(len(points)) / np.sqrt(kept.min())
+    tolerance = _RTOL32 * max(1.0, float(np.sqrt(kept.max())))
+    return bool(error > _KERNEL_PCA_FLOAT32_SHARE * tolerance)
+
+
 @register(
     KernelPCA,
     methods=("transform",),
     limits="kernels linear, poly, rbf, sigmoid, cosine (not precomputed or callable)",
+    precision=Precision(
+        "its components divide the centred kernel row by the square roots of the eigenvalues, "
+        "which multiplies the kernel's float32 rounding where one is small",
+        when="where a kept eigenvalue is small against the kernel's size (a saturated sigmoid "
+        "kernel, many components)",
+        applies=_kernel_pca_amplifies,
+    ),
 )
 def kernel_pca(est: Any, features: Features, ctx: Context) -> Heads:
     if callable(est.kernel) or est.kernel == "precomputed":

@@ -16,7 +16,6 @@ subnormal inputs are flushed to zero by XLA (``-5e-324`` bins as 0 does).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -26,15 +25,13 @@ import lazy as lz
 
 from ..context import Context
 from ..features import ColumnMap, Features, Heads
+from ..monotone import Test, fold, raw_matrix
 from ..registry import register, unsupported_param
 from ..trees import float32_floor
-from ..trees.folding import largest_satisfying
 from ._sorted import padded
 
-#: A source's test of its computed values ``v`` against fitted values ``e`` (same shapes,
-#: float64), true on an up-set of ``v`` for every ``e`` (``v >= e``, ``v > e``,
-#: ``float32(v) >= e``, ...); NaN ``v`` may go either way.
-Test = Callable[[np.ndarray, np.ndarray], np.ndarray]
+# The tests here (``Test``) are true on an up-set of ``v`` for every ``e`` (``v >= e``,
+# ``v > e``, ``float32(v) >= e``, ...); NaN ``v`` may go either way.
 
 
 def at_least(v: np.ndarray, e: np.ndarray) -> np.ndarray:
@@ -57,7 +54,7 @@ class ExactTests:
     Where a column is a known non-decreasing map ``v = g(x)`` of one raw input column (the raw
     column itself, a scaler's output, an imputer's fill: :meth:`Features.column_map`), a test
     ``T(g(x), e)`` holds on an up-set of the float64 line, so it is ``x > t`` with ``t`` the
-    largest raw value failing it, found at compile time (:func:`largest_satisfying`), and the
+    largest raw value failing it, found at compile time (:func:`compiler.monotone.fold`), and the
     graph compares the raw float64 column (:meth:`Context.raw_float64`): exact, whatever the
     host's float32 rounding or the graph's arithmetic would have made of ``v``. A raw NaN takes
     the source's answer for ``g(NaN)`` (an imputer's fill). Other columns (a projection's output)
@@ -78,21 +75,18 @@ class ExactTests:
             m if r and m.steps else None  # type: ignore[union-attr]
             for m, r in zip(maps, raw, strict=True)
         )
+        #: Per column: the raw input column the source's ``v`` is a map of (None: computed).
+        self.sources = tuple(None if m is None else m.source for m in maps)
         self.reads_raw = any(raw)
         if not self.reads_raw:
             self.x = features.values
             return
         # The raw float64 columns the maps read, then the other columns as computed, back in
         # column order.
-        mapped = [j for j in range(self.width) if raw[j]]
-        rest = [j for j in range(self.width) if not raw[j]]
-        parts = [ctx.raw_float64([maps[j].source for j in mapped])]  # type: ignore[union-attr]
-        if rest:
-            parts.append(lz.cast(features.select(rest).values, "float64"))
-        x = parts[0] if len(parts) == 1 else lz.concat(parts, axis=1)
-        order = np.argsort(np.asarray(mapped + rest))
-        if not np.array_equal(order, np.arange(self.width)):
-            x = lz.take(x, lz.const(order.astype(np.int32)), axis=1)
+        x, where = raw_matrix(features, ctx, range(self.width), raw)
+        order = [where[j] for j in range(self.width)]
+        if order != list(range(int(x.shape[1]))):
+            x = lz.take(x, lz.const(np.asarray(order, np.int32)), axis=1)
         self.x = x
 
     def source_values(self, values: lz.LazyTensor) -> lz.LazyTensor:
@@ -124,37 +118,33 @@ class ExactTests:
             real = ~np.isnan(e)
             if not real.any():
                 continue
-            flat = e[real]
-
-            def fails(x: np.ndarray, flat: np.ndarray = flat, g: Any = mapping) -> np.ndarray:
-                v = x if g is None else g(x)
-                return ~np.asarray(test(v, flat), bool)
-
-            with np.errstate(all="ignore"):
-                largest, some = largest_satisfying(fails, len(flat))
-            # no raw value fails: every one passes but NaN (the source rejects infinite input)
             block = np.full(e.shape, np.nan)
-            block[real] = np.where(some, largest, -np.inf)
+            block[real], nan_fails = fold(mapping, e[real], lambda v, e: ~np.asarray(test(v, e)))
             t[columns] = block
-            if mapping is not None:
-                with np.errstate(all="ignore"):
-                    nan_value = mapping(np.array([np.nan]))[0]
-                if not np.isnan(nan_value):
-                    some_nan_value = True
-                    row = np.zeros(e.shape, bool)
-                    row[real] = np.asarray(test(np.full(len(flat), nan_value), flat), bool)
-                    nan_answer[columns] = row
+            if nan_fails is not None:
+                some_nan_value = True
+                row = np.zeros(e.shape, bool)
+                row[real] = ~nan_fails
+                nan_answer[columns] = row
         return t, (nan_answer if some_nan_value else None)
 
     def passes(self, values: np.ndarray, test: Test, name: str) -> lz.LazyTensor:
         """(B, F, E) bool: ``test(v[:, f], values[f, e])`` as the source decides it."""
         t, nan_answer = self.thresholds(values, test)
+        self._record(t, name)
         x = lz.expand_dims(self.x, 2)
         passed = x >= self.ctx.param(_smallest_passing(t, self.x.dtype), name, dtype=self.x.dtype)
         if nan_answer is not None:
             constant = self.ctx.param(nan_answer, f"{name}_nan", dtype="bool")
             passed = lz.where(lz.isnan(x), constant, passed)
         return passed
+
+    def _record(self, t: np.ndarray, name: str) -> None:
+        """Record where the tests flip on each raw column: ``t`` is the source's own boundary
+        on the raw float64 line (its test replayed through the column's map)."""
+        for j, source in enumerate(self.sources):
+            if source is not None:
+                self.ctx.decides_at(source, t[j], f"{name} test")
 
     def count(self, values: np.ndarray, test: Test, name: str) -> lz.LazyTensor:
         """(B, F) int32: how many of each column's ``values`` pass ``test``."""

@@ -16,7 +16,8 @@ from sklearn.preprocessing import LabelEncoder, OneHotEncoder, OrdinalEncoder
 import lazy as lz
 
 from ..context import Context
-from ..features import Features, Heads
+from ..errors import UnsupportedError
+from ..features import CodeTable, Features, Heads
 from ..registry import register, unsupported_param
 from ..schema import Vocabulary
 from .provenance import with_fill
@@ -31,9 +32,36 @@ def _codes(
     for j, categories in enumerate(est.categories_):
         n = len(categories)
         vocabulary = Vocabulary(tuple(categories.tolist()), unknown=None if unknown_is_error else n)
+        lookup = features.code_table(j)
+        if features.sources[j] is None and lookup is not None:
+            out.append(_composed_codes(est, j, vocabulary, lookup, ctx))
+            continue
         vocabulary = with_fill(vocabulary, features.sources[j], ctx.path)
         out.append(ctx.codes(features, j, vocabulary))
     return out
+
+
+def _composed_codes(
+    est: Any, j: int, vocabulary: Vocabulary, lookup: CodeTable, ctx: Context
+) -> lz.LazyTensor:
+    """The codes of column ``j``, which an earlier encoder computed as ``lookup.table[code]``:
+    this encoder's code of each value of that table, found at compile time, then one gather of
+    the earlier codes (exact: no float is compared on the device)."""
+    n = len(vocabulary.categories)
+    values = np.asarray(lookup.table, np.float64)
+    composed = Vocabulary(vocabulary.categories, unknown=n).encode(f"column {j}", values)
+    if vocabulary.unknown is None:  # handle_unknown='error': scikit-learn raises on these
+        refused = sorted({float(v) for v in values[(composed == n) & lookup.reachable]})
+        if refused:
+            instead = "use_encoded_value" if isinstance(est, OrdinalEncoder) else "ignore"
+            raise UnsupportedError(
+                f"{ctx.path}: {type(est).__name__} (handle_unknown={est.handle_unknown!r}) reads "
+                f"column {j}, computed by an earlier encoder, whose values {refused} are not "
+                "among its categories; scikit-learn raises on them, the compiled model cannot; "
+                f"supported: handle_unknown={instead!r}"
+            )
+    table = ctx.param(composed.astype(np.int32), f"composed_codes_{j}", dtype="int32")
+    return lz.take(table, lookup.code, axis=0)
 
 
 def _grouped(
@@ -63,7 +91,7 @@ def _grouped(
     methods=("transform",),
     limits="handle_unknown error / ignore / infrequent_if_exist / warn; drop; infrequent "
     "categories (min_frequency, max_categories); string, numeric and missing categories; raw "
-    "input columns (or after a SimpleImputer); dense output",
+    "input columns (or after a SimpleImputer, or an OrdinalEncoder's output); dense output",
 )
 def one_hot_encoder(est: Any, features: Features, ctx: Context) -> Heads:
     handle_unknown = est.handle_unknown
@@ -91,12 +119,12 @@ def one_hot_encoder(est: Any, features: Features, ctx: Context) -> Heads:
     methods=("transform",),
     limits="handle_unknown error / use_encoded_value; encoded_missing_value; infrequent "
     "categories; string, numeric and missing categories; raw input columns (or after a "
-    "SimpleImputer)",
+    "SimpleImputer, or another OrdinalEncoder's output)",
 )
 def ordinal_encoder(est: Any, features: Features, ctx: Context) -> Heads:
     use_unknown = est.handle_unknown == "use_encoded_value"
     codes = _codes(est, features, ctx, unknown_is_error=not use_unknown)
-    tables, offsets = [], []
+    tables, offsets, lookups = [], [], []
     for j in range(len(est.categories_)):
         missing = est._missing_indices.get(j)
         index, valid = _grouped(est, j, est.handle_unknown, ignore=missing)
@@ -107,11 +135,14 @@ def ordinal_encoder(est: Any, features: Features, ctx: Context) -> Heads:
             table[~valid] = est.unknown_value
         offsets.append(sum(len(t) for t in tables))
         tables.append(table)
+        # code n (unknown) occurs only where unknown values are not refused on the host
+        reachable = np.append(np.ones(len(table) - 1, bool), use_unknown)
+        lookups.append(CodeTable(codes[j], table, reachable))
     # one gather for every column: column j's codes index its own slice of the flat table
     stacked = lz.concat([lz.reshape(c, (lz.B, 1)) for c in codes], axis=1)
     index = stacked + ctx.const(np.asarray(offsets, np.int32), "int32")
     flat = ctx.param(np.concatenate(tables), "ordinal_table")
-    return Heads({"transform": lz.take(flat, index, axis=0)})
+    return Heads({"transform": lz.take(flat, index, axis=0)}, codes=tuple(lookups))
 
 
 @register(

@@ -10,6 +10,12 @@ when early stopping recorded it). LightGBM predicting from a dense matrix decide
 - categorical split (``==``): NaN or ``int(x) < 0`` (truncation) goes right; otherwise left iff
   ``int(x)`` is in the node's category set.
 
+A model fitted on a DataFrame with pandas ``category`` columns records their categories
+(``pandas_categorical``); ``predict`` on a frame re-codes each such column into those categories
+(``cat.set_categories``): a category's position is its value, a missing or unseen one NaN. The
+compiled model reads these columns through a host vocabulary of the same categories, so they are
+sent as their category values (strings, say), and the trees read the codes as LightGBM does.
+
 Folded into the normalized ensemble: ``None`` nodes send NaN where 0.0 goes; ``Zero`` nodes read a
 derived copy of their column with zeros (and NaN) as NaN; a categorical node reads a derived
 column that is 0 inside its category set and 1 outside, split at 0.5. Decisions compare float64
@@ -31,7 +37,9 @@ from ..blocks import binary_proba
 from ..context import Context
 from ..errors import UnsupportedError
 from ..features import Features, Heads
+from ..precision import Precision
 from ..registry import register
+from ..schema import Vocabulary
 from ..trees import Ensemble, leaf_sum_on
 from ..trees.folding import FLOAT64_SPLITS
 from ._gbdt import TreeBuilder
@@ -194,14 +202,93 @@ def _transform(raw: lz.LazyTensor, objective: Objective) -> lz.LazyTensor:
     )
 
 
+def _pandas_columns(dump: dict[str, Any], features: Features, ctx: Context) -> list[int]:
+    """The features that were pandas ``category`` columns, in frame order (the order of
+    ``pandas_categorical``). The model does not record them: they are the sample's non-numeric
+    columns where there are as many, else the model's categorical features (the default
+    ``categorical_feature='auto'`` makes every unordered category column one)."""
+    pandas = dump["pandas_categorical"]
+    kinds = [
+        None if s is None else ctx.schema.columns[s].kind for s in features.sources
+    ]  # a DataFrame sample's dtypes ("categorical": neither number nor boolean)
+    from_sample = [f for f, kind in enumerate(kinds) if kind == "categorical"]
+    if len(from_sample) == len(pandas):
+        return from_sample
+    names = dump.get("feature_names") or []
+    infos = dump.get("feature_infos") or {}
+    categorical = [
+        f for f, name in enumerate(names) if (infos.get(name) or {}).get("values")
+    ]  # LightGBM lists a categorical feature's values, a numerical one's range only
+    if len(categorical) == len(pandas):
+        return categorical
+    raise UnsupportedError(
+        f"LightGBM model fitted on {len(pandas)} pandas category columns, but it has "
+        f"{len(categorical)} categorical features (ordered categories, or an explicit "
+        "categorical_feature), so which columns they were is not recorded; compile with a "
+        "sample DataFrame (its category columns show them)"
+    )
+
+
+def _pandas_codes(dump: dict[str, Any], features: Features, ctx: Context) -> Features:
+    """``features`` with each pandas category column replaced by its code as LightGBM reads it:
+    the category's position in ``pandas_categorical``, NaN for a missing or unseen category."""
+    pandas = [list(categories) for categories in dump["pandas_categorical"]]
+    columns = _pandas_columns(dump, features, ctx)
+    names = dump.get("feature_names") or [f"Column_{f}" for f in range(features.width)]
+    used = _category_codes_used(dump)
+    codes = []
+    for f, categories in zip(columns, pandas, strict=True):
+        if used.get(f, -1) >= len(categories):
+            raise UnsupportedError(
+                f"LightGBM splits feature {names[f]!r} on category code {used[f]}, but its "
+                f"pandas categories are {len(categories)}: they do not match"
+            )
+        if features.sources[f] is None:
+            raise UnsupportedError(
+                f"{ctx.path}: LightGBM reads feature {names[f]!r} as a pandas category column, "
+                "but an earlier step computes it; supported: category columns passed through "
+                "from the input table"
+            )
+        n = len(categories)
+        code = ctx.codes(features, f, Vocabulary(tuple(categories), unknown=n, missing=n))
+        value = lz.where(code == n, float("nan"), lz.cast(code, features.values.dtype))
+        codes.append(lz.reshape(value, (lz.B, 1)))
+    ctx.note(f"{len(columns)} pandas category columns read through their categories")
+    derived = Features.derived(lz.concat(codes, axis=1) if len(codes) > 1 else codes[0])
+    order = list(range(features.width))
+    for i, f in enumerate(columns):
+        order[f] = features.width + i
+    return Features.concat([features, derived]).select(order)
+
+
+def _category_codes_used(dump: dict[str, Any]) -> dict[int, int]:
+    """Feature → the largest category code a categorical split of the model tests."""
+    used: dict[int, int] = {}
+    for info in dump["tree_info"]:
+        stack = [info["tree_structure"]]
+        while stack:
+            node = stack.pop()
+            if "leaf_value" in node:
+                continue
+            if node["decision_type"] == "==":
+                f = int(node["split_feature"])
+                top = max(int(c) for c in str(node["threshold"]).split("||"))
+                used[f] = max(used.get(f, -1), top)
+            stack += [node["left_child"], node["right_child"]]
+    return used
+
+
 def _booster_output(booster: Any, features: Features, ctx: Context) -> lz.LazyTensor:
     """``booster.predict``'s values (B, K): transformed raw scores."""
+    return _transform(*_raw_scores(booster, features, ctx))
+
+
+def _raw_scores(booster: Any, features: Features, ctx: Context) -> tuple[lz.LazyTensor, Objective]:
+    """``booster.predict(raw_score=True)``'s values (B, K), and the objective transforming
+    them."""
     dump = booster.dump_model()
     if dump.get("pandas_categorical"):
-        raise UnsupportedError(
-            "LightGBM models fitted on pandas categorical columns are not supported; supported: "
-            "numeric columns (categorical features given as integer codes)"
-        )
+        features = _pandas_codes(dump, features, ctx)
     objective = Objective.parse(str(dump.get("objective", "custom")))
     parsed = _parse(dump, features.width)
     x = _decision_columns(features.values, parsed, ctx)
@@ -213,7 +300,7 @@ def _booster_output(booster: Any, features: Features, ctx: Context) -> lz.LazyTe
         maps = tuple(None if m is None else m.then(_zero_band) for m in maps)
     derived = int(x.shape[1]) - features.width
     decision = Features(x, (None,) * int(x.shape[1]), maps + (None,) * derived)
-    return _transform(leaf_sum_on(parsed.ensemble, decision, ctx), objective)
+    return leaf_sum_on(parsed.ensemble, decision, ctx), objective
 
 
 def _zero_band(v: np.ndarray) -> np.ndarray:
@@ -227,12 +314,27 @@ def _squeeze(out: lz.LazyTensor) -> lz.LazyTensor:
 
 _LIMITS = (
     "objectives: " + ", ".join(OBJECTIVES) + " (reg_sqrt too); numerical and categorical "
-    "(integer-coded) splits; NaN, zero-as-missing and no-missing semantics; not linear trees or "
-    "pandas categorical columns"
+    "splits (integer codes, or pandas category columns read by their categories: unseen and "
+    "missing ones as NaN); NaN, zero-as-missing and no-missing semantics; not linear trees"
 )
 
 
-@register(lightgbm.Booster, methods=("predict",), limits=_LIMITS, exactness=FLOAT64_SPLITS)
+#: LightGBM sums leaves in float64; its decisions are exact in any graph, so only the step's own
+#: arithmetic (leaf values, their sums, the objective's transform) needs float64.
+_PRECISION = Precision(
+    "LightGBM sums the leaf values of every tree in float64; a float32 sum of many trees "
+    "drifts past the tolerance, most where an exp or softmax transform follows",
+    inputs=False,
+)
+
+
+@register(
+    lightgbm.Booster,
+    methods=("predict",),
+    limits=_LIMITS,
+    exactness=FLOAT64_SPLITS,
+    precision=_PRECISION,
+)
 def lightgbm_booster(booster: Any, features: Features, ctx: Context) -> Heads:
     return Heads({"predict": _squeeze(_booster_output(booster, features, ctx))})
 
@@ -243,6 +345,7 @@ def lightgbm_booster(booster: Any, features: Features, ctx: Context) -> Heads:
     methods=("predict",),
     limits=_LIMITS,
     exactness=FLOAT64_SPLITS,
+    precision=_PRECISION,
 )
 def lightgbm_regressor(est: Any, features: Features, ctx: Context) -> Heads:
     return lightgbm_booster(est.booster_, features, ctx)
@@ -250,12 +353,14 @@ def lightgbm_regressor(est: Any, features: Features, ctx: Context) -> Heads:
 
 @register(
     lightgbm.LGBMClassifier,
-    methods=("predict", "predict_proba"),
+    methods=("predict", "predict_proba", "decision_function"),
     limits=_LIMITS,
     exactness=FLOAT64_SPLITS,
+    precision=_PRECISION,
 )
 def lightgbm_classifier(est: Any, features: Features, ctx: Context) -> Heads:
-    out = _booster_output(est.booster_, features, ctx)
+    raw, objective = _raw_scores(est.booster_, features, ctx)
+    out = _transform(raw, objective)
     if out.shape[1] == 1:
         proba = binary_proba(_squeeze(out))
     elif len(est.classes_) == out.shape[1] > 2:
@@ -266,6 +371,8 @@ def lightgbm_classifier(est: Any, features: Features, ctx: Context) -> Heads:
             "supported; supported: one output (binary) or one per class (3 or more classes)"
         )
     # LGBMClassifier.predict: the first argmax of predict_proba.
-    return Heads(
-        {"predict_proba": proba, "predict": lz.argmax(proba, axis=1)}, classes=est.classes_
-    )
+    # LGBMClassifier.decision_function (LightGBM >= 4.7): the raw scores, (B,) when binary.
+    heads = {"predict_proba": proba, "predict": lz.argmax(proba, axis=1)}
+    if hasattr(est, "decision_function"):
+        heads["decision_function"] = _squeeze(raw)
+    return Heads(heads, classes=est.classes_)

@@ -15,6 +15,7 @@ import lazy as lz
 
 from ..context import Context
 from ..features import Features, Heads
+from ..precision import Precision
 from ..registry import register, unsupported_param
 from ._kernels import differences
 
@@ -23,7 +24,11 @@ def _mahalanobis(est: Any, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
     """(B, K) squared distances ``|(x - mu_k) @ L_k|²``, L the precision Cholesky factors.
 
     Differences come first: sklearn's expanded diag / spherical forms cancel badly in float32.
+    In float64 they are harmless and are scikit-learn's own arithmetic, whose products read the
+    (B, F) rows once instead of K broadcast copies that recompute the steps before them.
     """
+    if ctx.dtype == "float64":
+        return _expanded_mahalanobis(est, x, ctx)
     kind = est.covariance_type
     chol = np.asarray(est.precisions_cholesky_, np.float64)
     k, f = np.asarray(est.means_).shape
@@ -38,6 +43,41 @@ def _mahalanobis(est: Any, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
         y = d * ctx.param(chol, "precisions_cholesky_")
     elif kind == "spherical":  # (K,)
         y = d * ctx.param(chol[:, None], "precisions_cholesky_")
+    else:
+        raise unsupported_param(est, "covariance_type", kind, "full, tied, diag, spherical")
+    return lz.sum(y * y, axis=2)
+
+
+def _expanded_mahalanobis(est: Any, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
+    """:func:`_mahalanobis` as ``sklearn.mixture._gaussian_mixture._estimate_log_gaussian_prob``
+    computes it (for float64 graphs)."""
+    kind = est.covariance_type
+    chol = np.asarray(est.precisions_cholesky_, np.float64)
+    means = np.asarray(est.means_, np.float64)
+    k, f = means.shape
+    if kind == "full":  # y_k = x @ L_k - mu_k @ L_k, every component in one product
+        weights = chol.transpose(1, 0, 2).reshape(f, k * f)
+        shift = np.einsum("kf,kfg->kg", means, chol).reshape(k * f)
+        y = x @ ctx.param(weights, "precisions_cholesky_") - ctx.param(shift, "means_cholesky")
+        y = lz.reshape(y, (lz.B, k, f))
+    elif kind == "tied":
+        y = lz.expand_dims(x @ ctx.param(chol, "precisions_cholesky_"), 1) - ctx.param(
+            means @ chol, "means_cholesky"
+        )
+    elif kind == "diag":
+        precisions = chol**2
+        return (
+            ctx.param(np.sum(means**2 * precisions, axis=1), "means_norm")
+            - x @ ctx.param(2.0 * (means * precisions).T, "means_precisions")
+            + (x * x) @ ctx.param(precisions.T, "precisions")
+        )
+    elif kind == "spherical":
+        precisions = chol**2
+        return (
+            ctx.param(np.sum(means**2, axis=1) * precisions, "means_norm")
+            - x @ ctx.param(2.0 * means.T * precisions, "means_precisions")
+            + lz.sum(x * x, axis=1, keepdims=True) * ctx.param(precisions, "precisions")
+        )
     else:
         raise unsupported_param(est, "covariance_type", kind, "full, tied, diag, spherical")
     return lz.sum(y * y, axis=2)
@@ -70,9 +110,20 @@ def _heads(est: Any, features: Features, ctx: Context, offset: np.ndarray) -> He
 
 
 _LIMITS = "covariance types full, tied, diag, spherical"
+#: A log density multiplies its input's rounding by the precision factors (large along the
+#: components' narrow directions): the features feeding it are float64 too.
+_PRECISION = Precision(
+    "its log densities scale the rounding of their features by the precision matrices' "
+    "factors, large along a component's narrow directions"
+)
 
 
-@register(GaussianMixture, methods=("predict", "predict_proba", "score_samples"), limits=_LIMITS)
+@register(
+    GaussianMixture,
+    methods=("predict", "predict_proba", "score_samples"),
+    limits=_LIMITS,
+    precision=_PRECISION,
+)
 def gaussian_mixture(est: Any, features: Features, ctx: Context) -> Heads:
     offset = _log_gaussian_offset(est) + np.log(np.asarray(est.weights_, np.float64))
     return _heads(est, features, ctx, offset)
@@ -82,6 +133,7 @@ def gaussian_mixture(est: Any, features: Features, ctx: Context) -> Heads:
     BayesianGaussianMixture,
     methods=("predict", "predict_proba", "score_samples"),
     limits=_LIMITS + "; both weight concentration priors",
+    precision=_PRECISION,
 )
 def bayesian_gaussian_mixture(est: Any, features: Features, ctx: Context) -> Heads:
     log_weights = np.asarray(est._estimate_log_weights(), np.float64)  # fitted values only

@@ -11,9 +11,14 @@ import lazy as lz
 
 from ..context import Context
 from ..features import Features, Heads
+from ..precision import Precision
 from ..registry import register
 
 _METHODS = ("predict", "predict_proba")
+_PRECISION = Precision(
+    "its probabilities are exp of differences of joint log-likelihoods summed over every "
+    "feature, whose float32 rounding grows with the features' number and size"
+)
 
 
 def _heads(jll: lz.LazyTensor, classes: np.ndarray) -> Heads:
@@ -24,7 +29,7 @@ def _heads(jll: lz.LazyTensor, classes: np.ndarray) -> Heads:
     )
 
 
-@register(GaussianNB, methods=_METHODS)
+@register(GaussianNB, methods=_METHODS, precision=_PRECISION)
 def gaussian_nb(est: Any, features: Features, ctx: Context) -> Heads:
     var = np.asarray(est.var_, dtype=np.float64)
     # (x - theta)^2 / var per class and feature, not the expanded quadratic: no cancellation
@@ -40,19 +45,19 @@ def _linear_jll(x: lz.LazyTensor, weights: np.ndarray, bias: np.ndarray | None, 
     return out if bias is None else out + ctx.param(bias, "class_bias")
 
 
-@register(MultinomialNB, methods=_METHODS)
+@register(MultinomialNB, methods=_METHODS, precision=_PRECISION)
 def multinomial_nb(est: Any, features: Features, ctx: Context) -> Heads:
     jll = _linear_jll(features.values, est.feature_log_prob_, est.class_log_prior_, ctx)
     return _heads(jll, est.classes_)
 
 
-@register(ComplementNB, methods=_METHODS)
+@register(ComplementNB, methods=_METHODS, precision=_PRECISION)
 def complement_nb(est: Any, features: Features, ctx: Context) -> Heads:
     bias = est.class_log_prior_ if len(est.classes_) == 1 else None
     return _heads(_linear_jll(features.values, est.feature_log_prob_, bias, ctx), est.classes_)
 
 
-@register(BernoulliNB, methods=_METHODS, limits="binarize threshold or None")
+@register(BernoulliNB, methods=_METHODS, limits="binarize threshold or None", precision=_PRECISION)
 def bernoulli_nb(est: Any, features: Features, ctx: Context) -> Heads:
     x = features.values
     if est.binarize is not None:  # sklearn.preprocessing.binarize: 1 where x > threshold
@@ -69,6 +74,7 @@ def bernoulli_nb(est: Any, features: Features, ctx: Context) -> Heads:
     limits="non-negative integer-valued categories seen in fit (or below min_categories); "
     "fractional values truncate like scikit-learn's int conversion; an unseen category "
     "contributes nothing, where scikit-learn raises IndexError",
+    precision=_PRECISION,
 )
 def categorical_nb(est: Any, features: Features, ctx: Context) -> Heads:
     # one-hot of every feature's integer category, then one matmul against the stacked tables

@@ -182,6 +182,20 @@ def _hist_inputs(est: Any, features: Features, ctx: Context) -> tuple[Features, 
     mask = est.is_categorical_
     if mask is None or not np.any(mask):
         return features, 0
+    computed = [
+        int(j)
+        for j in np.flatnonzero(mask)
+        if features.sources[j] is None and features.code_table(j) is None
+    ]
+    if computed:
+        names = getattr(est, "feature_names_in_", None)
+        shown = [str(names[j]) if names is not None else f"column {j}" for j in computed]
+        raise UnsupportedError(
+            f"{ctx.path}: {type(est).__name__} reads categorical features {shown}, computed by "
+            "an earlier step other than an OrdinalEncoder; supported: categorical features that "
+            "are raw input columns (numbers or strings, or after a SimpleImputer) or an "
+            "OrdinalEncoder's output"
+        )
     encoder = est._preprocessor.named_transformers_["encoder"]
     codes = ctx.convert(encoder, features.select(np.flatnonzero(mask)), "_preprocessor")
     numeric = features.select(np.flatnonzero(~mask))
@@ -219,7 +233,8 @@ def _hist_gradient_boosting(est: Any, features: Features, ctx: Context) -> lz.La
     methods=("predict",),
     exactness=FLOAT64_SPLITS,
     limits=(
-        "categorical features (unknown categories go the missing-value way); identity or log link"
+        "categorical features, raw or an OrdinalEncoder's output (unknown categories go the "
+        "missing-value way); identity or log link"
     ),
 )
 def hist_gradient_boosting_regressor(est: Any, features: Features, ctx: Context) -> Heads:
@@ -235,7 +250,8 @@ def hist_gradient_boosting_regressor(est: Any, features: Features, ctx: Context)
     methods=("predict", "predict_proba", "decision_function"),
     exactness=FLOAT64_SPLITS,
     limits=(
-        "categorical features (unknown categories go the missing-value way); binary sigmoid, multiclass softmax"
+        "categorical features, raw or an OrdinalEncoder's output (unknown categories go the "
+        "missing-value way); binary sigmoid, multiclass softmax"
     ),
 )
 def hist_gradient_boosting_classifier(est: Any, features: Features, ctx: Context) -> Heads:

@@ -17,7 +17,6 @@ A column no map describes (a projection, a one-hot flag) is compared as computed
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -26,6 +25,7 @@ import lazy as lz
 
 from ..context import Context
 from ..features import ColumnMap, Features
+from ..monotone import Test, fold, raw_matrix
 from .model import Ensemble, Tree
 from .strategies import leaf_sum
 
@@ -39,41 +39,8 @@ FLOAT32_SPLITS = (
     "scalers they are folded onto the raw float64 columns"
 )
 
-#: ``float64`` values in order as int64 keys: -inf and +inf bound the non-NaN line.
-_SIGN = np.int64(0x7FFFFFFFFFFFFFFF)
 
-
-def _key(v: np.ndarray) -> np.ndarray:
-    k = np.asarray(v, np.float64).view(np.int64)
-    return np.where(k < 0, k ^ _SIGN, k)
-
-
-def _value(k: np.ndarray) -> np.ndarray:
-    k = np.asarray(k, np.int64)
-    return np.where(k < 0, k ^ _SIGN, k).view(np.float64)
-
-
-def largest_satisfying(
-    predicate: Callable[[np.ndarray], np.ndarray], n: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per element i < n of a vectorized down-set ``predicate`` over the non-NaN float64 line:
-    (its largest member, whether it has any member)."""
-    lo = np.full(n, _key(np.array(-np.inf)), np.int64)  # invariant: predicate(lo) or none holds
-    hi = np.full(n, _key(np.array(np.inf)), np.int64)
-    some = predicate(_value(lo))
-    top = predicate(_value(hi))
-    lo = np.where(top, hi, lo)
-    # Largest member in [lo, hi]: 64 halvings of an int64 range cover the whole line.
-    open_ = some & ~top
-    while np.any(open_ & (hi > lo + 1)):
-        mid = (lo >> 1) + (hi >> 1) + (lo & hi & 1)  # floor((lo + hi) / 2), no overflow
-        ok = predicate(_value(mid))
-        lo = np.where(open_ & ok, mid, lo)
-        hi = np.where(open_ & ~ok, mid, hi)
-    return _value(lo), some
-
-
-def _comparison(float32_inputs: bool) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+def _comparison(float32_inputs: bool) -> Test:
     """The source's split test ``goes left`` on its computed values ``v``."""
     if float32_inputs:
         return lambda v, t: v.astype(np.float32).astype(np.float64) <= t
@@ -82,19 +49,10 @@ def _comparison(float32_inputs: bool) -> Callable[[np.ndarray, np.ndarray], np.n
 
 def _fold_splits(
     mapping: ColumnMap, thresholds: np.ndarray, float32_inputs: bool
-) -> tuple[np.ndarray, bool | None]:
+) -> tuple[np.ndarray, np.ndarray | None]:
     """(raw thresholds ``t'`` with ``P(g(x))`` iff ``x <= t'``; where a NaN goes: True left,
     False right, None as the source's missing direction)."""
-    left = _comparison(float32_inputs)
-    with np.errstate(all="ignore"):
-        folded, some = largest_satisfying(lambda x: left(mapping(x), thresholds), len(thresholds))
-        # No raw value goes left: compare against -inf, which only -inf itself is not above; the
-        # source rejects infinite input wherever a step folds (scikit-learn's finite check).
-        folded = np.where(some, folded, -np.inf)
-        nan_value = mapping(np.array([np.nan]))[0]
-    if np.isnan(nan_value):
-        return folded, None
-    return folded, left(np.full(len(thresholds), nan_value), thresholds)
+    return fold(mapping, thresholds, _comparison(float32_inputs))
 
 
 def exact_splits(
@@ -110,59 +68,85 @@ def exact_splits(
     # A float32-comparing source reading a raw column, or its imputed copy, decides on the
     # float32 of the raw value or of the fill: the host's rounding gives that already.
     mapped = [m is not None and not (ensemble.float32_inputs and m.fills_only) for m in maps]
-    if not any(mapped) or ensemble.has_categorical:
-        return ensemble, features.values
+    as_read = [None if m is None else m.source for m in maps]
     read = set()
     for tree in ensemble.trees:
         read.update(tree.feature[~tree.is_leaf].tolist())
+        if tree.has_categorical:  # category codes are read as computed, never folded
+            for f in tree.feature[~tree.is_leaf & tree.is_categorical].tolist():  # type: ignore[operator]
+                mapped[f] = False
+                as_read[f] = None
     if not any(mapped[f] for f in read):
+        _record_thresholds(ensemble, as_read, ctx)
         return ensemble, features.values
     # The new matrix: the raw float64 columns the maps read, then the other columns read as
     # computed (in float64, the precision every split now compares in).
-    raw = sorted({maps[f].source for f in read if mapped[f]})  # type: ignore[union-attr]
-    computed = sorted(f for f in read if not mapped[f])
-    column = {f: len(raw) + i for i, f in enumerate(computed)}
-    for f in read:
-        if mapped[f]:
-            column[f] = raw.index(maps[f].source)  # type: ignore[union-attr]
-    parts = [ctx.raw_float64(raw)]
-    if computed:
-        parts.append(lz.cast(features.select(computed).values, "float64"))
-    x = parts[0] if len(parts) == 1 else lz.concat(parts, axis=1)
-    trees = tuple(
-        _fold_tree(t, maps, mapped, column, ensemble.float32_inputs) for t in ensemble.trees
-    )
+    order = sorted(read)
+    x, column = raw_matrix(features, ctx, order, [mapped[f] for f in order])
+    trees = _fold_trees(ensemble, maps, mapped, column)
     folded = sum(1 for f in read if mapped[f] and maps[f].steps)  # type: ignore[union-attr]
+    result = Ensemble(trees, int(x.shape[1]), float32_inputs=False)
+    raw: list[int | None] = [None] * int(x.shape[1])
+    for f in order:
+        if mapped[f]:
+            raw[column[f]] = maps[f].source  # type: ignore[union-attr]
+    _record_thresholds(result, raw, ctx)
     ctx.note(
-        f"splits exact in float64 on {len(raw)} raw columns"
+        f"splits exact in float64 on {sum(r is not None for r in raw)} raw columns"
         + (f" ({folded} computed features folded into thresholds)" if folded else "")
     )
-    return Ensemble(trees, int(x.shape[1]), float32_inputs=False), x
+    return result, x
 
 
-def _fold_tree(
-    tree: Tree,
+def _record_thresholds(ensemble: Ensemble, raw: list[int | None], ctx: Context) -> None:
+    """Record the thresholds of splits on raw input columns (``raw[f]``: the column feature
+    ``f`` reads, None where it is computed) as the points where the ensemble decides."""
+    for f, column in enumerate(raw):
+        if column is None:
+            continue
+        t = [tree.threshold[~tree.is_leaf & (tree.feature == f)] for tree in ensemble.trees]
+        if any(len(v) for v in t):
+            ctx.decides_at(column, np.concatenate(t), "split threshold")
+
+
+def _fold_trees(
+    ensemble: Ensemble,
     maps: tuple[ColumnMap | None, ...],
     mapped: list[bool],
     column: dict[int, int],
-    float32_inputs: bool,
-) -> Tree:
-    split = ~tree.is_leaf
-    feature = tree.feature.copy()
-    threshold = tree.threshold.copy()
-    missing_left = tree.missing_left.copy()
-    for f in np.unique(tree.feature[split]).tolist():
-        nodes = np.flatnonzero(split & (tree.feature == f))
-        feature[nodes] = column[f]
-        t = tree.threshold[nodes]
-        # A column compared as computed keeps its threshold: its values are the graph's own,
+) -> tuple[Tree, ...]:
+    """Every tree reading matrix columns ``column[f]``, its splits on mapped features folded:
+    one bisection per feature over the thresholds of all trees."""
+    trees = ensemble.trees
+    splits = [~t.is_leaf for t in trees]
+    feature = [t.feature.copy() for t in trees]
+    threshold = [t.threshold.copy() for t in trees]
+    missing_left = [t.missing_left.copy() for t in trees]
+    for f in sorted(column):
+        nodes = [np.flatnonzero(s & (t.feature == f)) for s, t in zip(splits, trees, strict=True)]
+        for i, n in enumerate(nodes):
+            feature[i][n] = column[f]
+        # A column compared as computed keeps its thresholds: its values are the graph's own,
         # and ``v <= t`` in float64 is the float32 comparison for float32-valued ``v``.
-        if mapped[f]:
-            t, nan_left = _fold_splits(maps[f], t, float32_inputs)  # type: ignore[arg-type]
+        mapping = maps[f]
+        if not mapped[f] or mapping is None:
+            continue
+        t = np.concatenate([tree.threshold[n] for tree, n in zip(trees, nodes, strict=True)])
+        if mapping.fills_only and not ensemble.float32_inputs:
+            # ``v <= t`` on the raw value or a fill: the thresholds stand, NaN goes as the fill.
+            fill = mapping(np.array([np.nan]))[0]
+            folded, nan_left = t, (None if np.isnan(fill) else fill <= t)
+        else:
+            folded, nan_left = _fold_splits(mapping, t, ensemble.float32_inputs)
+        at = np.cumsum([0, *(len(n) for n in nodes)])
+        for i, n in enumerate(nodes):
+            threshold[i][n] = folded[at[i] : at[i + 1]]
             if nan_left is not None:
-                missing_left[nodes] = nan_left
-        threshold[nodes] = t
-    return replace(tree, feature=feature, threshold=threshold, missing_left=missing_left)
+                missing_left[i][n] = nan_left[at[i] : at[i + 1]]
+    return tuple(
+        replace(tree, feature=f, threshold=t, missing_left=m)
+        for tree, f, t, m in zip(trees, feature, threshold, missing_left, strict=True)
+    )
 
 
 def leaf_sum_on(ensemble: Ensemble, features: Features, ctx: Context) -> lz.LazyTensor:

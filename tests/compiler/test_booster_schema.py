@@ -5,6 +5,7 @@ from __future__ import annotations
 import lightgbm
 import numpy as np
 import pandas as pd
+import pytest
 import xgboost
 
 import compiler
@@ -69,3 +70,21 @@ def test_an_xgboost_booster_uses_its_feature_names_when_it_has_them() -> None:
     unnamed = xgboost.train({}, xgboost.DMatrix(X, Y), 3)
     schema = _schema(unnamed)
     assert schema.names == ["x0", "x1", "x2"] and not schema.named
+
+
+def test_lightgbm_reads_its_columns_by_the_names_before_it_replaced_spaces() -> None:
+    spaced = FRAME.rename(columns={"count": "visit count", "level": "risk level"})
+    model = lightgbm.LGBMRegressor(n_estimators=5, min_child_samples=5, verbose=-1)
+    model.fit(spaced, Y)
+    assert list(model.feature_names_in_) == ["visit_count", "flag", "risk_level"]
+    compiled = compiler.compile(model, options=compiler.CompileOptions(max_batch=16))
+    want = model.predict(spaced)
+    np.testing.assert_allclose(compiled.predict(spaced), want, rtol=1e-5)
+    rows = spaced.iloc[:5].to_dict("records")
+    np.testing.assert_allclose(compiled.predict(rows), want[:5], rtol=1e-5)
+    columns = {c: spaced[c].to_numpy() for c in spaced.columns}
+    np.testing.assert_allclose(compiled.predict(columns), want, rtol=1e-5)
+    stored = FRAME.rename(columns={"count": "visit_count", "level": "risk_level"})
+    np.testing.assert_allclose(compiled.predict(stored), want, rtol=1e-5)
+    with pytest.raises(compiler.SchemaError, match=r"'visit_count'.*got"):
+        compiled.predict(FRAME)  # 'count' is not 'visit count'

@@ -16,6 +16,7 @@ from sklearn.exceptions import NotFittedError
 import compiler
 from compiler.options import METHODS
 from compiler.registry import lookup
+from service import parity, parity_probes
 
 _MODULES = [
     importlib.import_module(p.stem) for p in sorted(Path(__file__).parent.glob("cases_*.py"))
@@ -41,6 +42,7 @@ CHECKS = (
     "row_order",
     "nan",
     "unfitted",
+    "probes",
 )
 
 
@@ -159,6 +161,40 @@ def _with_nan(table: Any) -> Any:
     return out
 
 
+def _probe_parity(case: Case) -> None:
+    """The registration gate's probes (the model's own decision values and their neighbours,
+    NaN, ±inf, categories) over the case's table: every head as the source answers them."""
+    est, table, _ = _fitted(case)
+    model = _model(case, "jax")
+
+    def accepts(rows: Any) -> bool:
+        return parity.source_accepts(est, model.methods[:1], rows)
+
+    probes = parity_probes.build(model.schema, table, model.decisions, accepts, limit=_PROBES)
+    if not len(probes):
+        assert not model.decisions, "the source refused every probe of a deciding model"
+        return
+    scale = 1.0  # atol as assert_same scales it: by the largest numeric output
+    for method in _methods(est, model):
+        want = parity.side_by_side(_source(case, est, method)(probes.rows))
+        if want.dtype.kind in "fc":
+            scale = max(scale, float(np.nanmax(np.abs(want), initial=0.0)))
+    result = parity.check_parity(
+        est,
+        model,
+        probes.rows,
+        source="probes",
+        rtol=RTOL32,
+        atol=RTOL32 * scale,
+        labels=probes.labels,
+    )
+    assert result.ok, result.problem
+
+
+#: Probe rows per case: enough for every decision's neighbourhood of a small fitted case.
+_PROBES = 2048
+
+
 @pytest.mark.parametrize(("reg", "case", "check"), _params())
 def test_conformance(reg: compiler.Registration, case: Case, check: str) -> None:
     if check == "parity_jax":
@@ -212,6 +248,8 @@ def test_conformance(reg: compiler.Registration, case: Case, check: str) -> None
                 _source(case, est, method)(bad)
             with pytest.raises(compiler.SchemaError, match="NaN"):
                 getattr(model, method)(bad)
+    elif check == "probes":
+        _probe_parity(case)
     elif check == "unfitted":
         with pytest.raises(NotFittedError):
             compiler.compile(case.make())

@@ -98,6 +98,7 @@ def test_an_xgboost_upload_without_a_sample_becomes_ready_and_scores_as_its_boos
     body = r.json()
     assert body["state"] == "READY" and body["format"] == f"xgboost-{raw}"
     assert body["parity"]["ok"] and body["parity"]["source"] == "synthetic"
+    assert body["parity"]["probes"] > 0  # rows on and around the booster's split thresholds
     assert [c["name"] for c in body["schema"]["columns"]] == NAMES  # the booster's names
 
     probe = _probe(frame)
@@ -222,7 +223,8 @@ def test_cli_compiles_an_xgboost_json_and_reports_a_parity_failure_on_one_line(
     booster.save_model(path)
     args = ["compile", str(path), "--max-batch", "4"]
     assert main(args) == 0
-    assert "parity with the source on 64 synthetic rows: ok" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "parity with the source on 64 synthetic rows and " in out and "probe rows: ok" in out
 
     source_method = parity.source_method
 
@@ -233,7 +235,8 @@ def test_cli_compiles_an_xgboost_json_and_reports_a_parity_failure_on_one_line(
     assert main(args) == 1
     captured = capsys.readouterr()
     failure = [line for line in captured.out.splitlines() if "parity check failed" in line]
-    assert len(failure) == 1 and "predict: 64 of 64 rows differ" in failure[0]
+    assert len(failure) == 1 and "predict: " in failure[0] and " rows differ" in failure[0]
+    assert "first: synthetic row 0" in failure[0]
     assert "Traceback" not in captured.out + captured.err
 
     def refuses(estimator: object, method: str):

@@ -232,8 +232,9 @@ def test_rejections() -> None:
         compiler.compile(linear)
     frame = pd.DataFrame({"a": x[:, 0], "c": pd.Categorical(np.where(y > 0, "p", "n"))})
     fitted = lightgbm.LGBMRegressor(n_estimators=2, verbose=-1, min_data_per_group=5).fit(frame, y)
-    with pytest.raises(compiler.UnsupportedError, match="pandas categorical"):
-        compiler.compile(fitted, sample=frame)
+    # pandas category columns compile (tests/compiler/test_categorical_pipelines.py)
+    compiled = compiler.compile(fitted, sample=frame, options=INTERPRETER)
+    np.testing.assert_allclose(compiled.predict(frame), fitted.predict(frame), rtol=1e-9)
     dart = xgboost.train({"booster": "dart", "max_depth": 2}, xgboost.DMatrix(x, y), 2)
     with pytest.raises(compiler.UnsupportedError, match="dart"):
         compiler.compile(dart)

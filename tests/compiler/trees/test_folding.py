@@ -29,7 +29,7 @@ from sklearn.preprocessing import (
 )
 
 import compiler
-from compiler.trees.folding import largest_satisfying
+from compiler.monotone import largest_satisfying
 
 
 def test_largest_satisfying_finds_the_last_member_of_each_down_set() -> None:

@@ -1,0 +1,99 @@
+"""Decisions on monotone maps of raw columns, moved onto the raw float64 line at compile time.
+
+A source compares the value ``v`` it computed for a column against fitted values ``e``: a tree's
+``v <= t``, a bin edge's ``v >= e``, a quantile knot's ``v > q``. Where ``v = g(x)`` for one raw
+column ``x`` and a non-decreasing ``g`` (a :class:`~compiler.features.ColumnMap`, replaying the
+steps in float64 as the source computes them), the set of raw values passing a down-set test is
+``{x <= t'}`` with ``t'`` its largest member, found by bisection over the float64 values in order
+(:func:`largest_satisfying`). The graph then compares the raw float64 column with ``t'``: exact
+for every float64 input, whatever float32 rounding or the graph's arithmetic would make of
+``v``, and the mapped steps cost nothing per row. The tree splits (:mod:`compiler.trees.folding`)
+and the binning tests (:class:`compiler.converters.discretization.ExactTests`) share this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+import lazy as lz
+
+from .context import Context
+from .features import ColumnMap, Features
+
+#: A test of computed values ``v`` against fitted values ``e`` (same shapes, float64).
+Test = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+#: ``float64`` values in order as int64 keys: -inf and +inf bound the non-NaN line.
+_SIGN = np.int64(0x7FFFFFFFFFFFFFFF)
+
+
+def _key(v: np.ndarray) -> np.ndarray:
+    k = np.asarray(v, np.float64).view(np.int64)
+    return np.where(k < 0, k ^ _SIGN, k)
+
+
+def _value(k: np.ndarray) -> np.ndarray:
+    k = np.asarray(k, np.int64)
+    return np.where(k < 0, k ^ _SIGN, k).view(np.float64)
+
+
+def largest_satisfying(
+    predicate: Callable[[np.ndarray], np.ndarray], n: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per element i < n of a vectorized down-set ``predicate`` over the non-NaN float64 line:
+    (its largest member, whether it has any member)."""
+    lo = np.full(n, _key(np.array(-np.inf)), np.int64)  # invariant: predicate(lo) or none holds
+    hi = np.full(n, _key(np.array(np.inf)), np.int64)
+    some = predicate(_value(lo))
+    top = predicate(_value(hi))
+    lo = np.where(top, hi, lo)
+    # Largest member in [lo, hi]: 64 halvings of an int64 range cover the whole line.
+    open_ = some & ~top
+    while np.any(open_ & (hi > lo + 1)):
+        mid = (lo >> 1) + (hi >> 1) + (lo & hi & 1)  # floor((lo + hi) / 2), no overflow
+        ok = predicate(_value(mid))
+        lo = np.where(open_ & ok, mid, lo)
+        hi = np.where(open_ & ~ok, mid, hi)
+    return _value(lo), some
+
+
+def fold(
+    mapping: ColumnMap | None, values: np.ndarray, holds: Test
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """For 1-D fitted ``values`` and a test ``holds(v, e)`` true on a down-set of ``v``: per
+    value the largest raw float64 ``x`` with ``holds(g(x), e)`` (``g``: ``mapping``, None the
+    identity), -inf where none holds (then only -inf itself compares at most it: the source
+    rejects infinite input wherever a step maps a column); and the test's answers for a NaN
+    ``x`` where ``g`` gives NaN a value (an imputer's fill), None where ``g(NaN)`` is NaN."""
+    g = mapping if mapping is not None else ColumnMap(0)
+    values = np.asarray(values, np.float64)
+    with np.errstate(all="ignore"):
+        largest, some = largest_satisfying(lambda x: holds(g(x), values), len(values))
+        nan_value = g(np.array([np.nan]))[0]
+    t = np.where(some, largest, -np.inf)
+    if np.isnan(nan_value):
+        return t, None
+    with np.errstate(all="ignore"):
+        return t, np.asarray(holds(np.full(len(values), nan_value), values), bool)
+
+
+def raw_matrix(
+    features: Features, ctx: Context, columns: Sequence[int], raw: Sequence[bool]
+) -> tuple[lz.LazyTensor, dict[int, int]]:
+    """(B, k) float64 holding what decisions on ``columns`` of ``features`` read: the raw input
+    column of each ``raw`` one (by its map, once per raw column), then the others as computed;
+    and where each of ``columns`` is in it."""
+    maps = features.column_maps()
+    sources = sorted({maps[j].source for j, r in zip(columns, raw, strict=True) if r})  # type: ignore[union-attr]
+    computed = [j for j, r in zip(columns, raw, strict=True) if not r]
+    where = {j: len(sources) + i for i, j in enumerate(computed)}
+    for j, r in zip(columns, raw, strict=True):
+        if r:
+            where[j] = sources.index(maps[j].source)  # type: ignore[union-attr]
+    parts = [ctx.raw_float64(sources)] if sources else []
+    if computed:
+        parts.append(lz.cast(features.select(computed).values, "float64"))
+    x = parts[0] if len(parts) == 1 else lz.concat(parts, axis=1)
+    return x, where

@@ -1,0 +1,70 @@
+"""Where a compiled model decides: the raw input values at which its answer may change.
+
+A converter that turns a source's comparison into a test on a raw input column (a tree split
+folded onto the raw float64 column, a bin edge, a quantile knot) records the raw value where the
+test flips (:meth:`compiler.context.Context.decides_at`). The registration gate probes each of
+them and its neighbours on both sides (:func:`neighbourhood`): a boundary the compiler placed one
+float64 step off, or rounded through float32, sends one of the probes the other way from the
+source, which a few random rows almost never do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DecisionPoints:
+    """Raw values of input column ``column`` at which step ``step`` decides (``kind``: what the
+    source compares there, e.g. ``split threshold``)."""
+
+    column: int
+    values: np.ndarray  # float64, finite, sorted, unique
+    step: str
+    kind: str
+
+    @classmethod
+    def of(cls, column: int, values: np.ndarray, step: str, kind: str) -> DecisionPoints:
+        v = np.asarray(values, np.float64).ravel()
+        return cls(int(column), np.unique(v[np.isfinite(v)]), step, kind)
+
+
+def neighbourhood(values: np.ndarray, steps: int = 2) -> np.ndarray:
+    """``values`` with their float64 neighbours (``steps`` each way), and the float32 roundings
+    of each value with their float32 neighbours and the float64 values on both sides of the
+    midpoints between them (where a float32 cast changes its rounding): every value at which a
+    test near a recorded decision could go either way. Finite, sorted, unique float64, never
+    subnormal."""
+    v = np.asarray(values, np.float64).ravel()
+    v = v[np.isfinite(v)]
+    out = [v]
+    lo = hi = v
+    for _ in range(steps):
+        lo, hi = np.nextafter(lo, -np.inf), np.nextafter(hi, np.inf)
+        out += [lo, hi]
+    with np.errstate(over="ignore"):
+        f = v.astype(np.float32)
+    f = f[np.isfinite(f)]
+    below, above = np.nextafter(f, np.float32(-np.inf)), np.nextafter(f, np.float32(np.inf))
+    for a, b in ((below, f), (f, above)):
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        mid = a64 + (b64 - a64) / 2  # exact: float32 neighbours' midpoint is a float64
+        out += [a64, b64, mid, np.nextafter(mid, -np.inf), np.nextafter(mid, np.inf)]
+    return _normal(np.concatenate(out))
+
+
+def midpoints(values: np.ndarray) -> np.ndarray:
+    """The values halfway between consecutive distinct ``values`` (finite, never subnormal)."""
+    v = _normal(np.asarray(values, np.float64).ravel())
+    with np.errstate(over="ignore"):
+        return _normal(v[:-1] + (v[1:] - v[:-1]) / 2)
+
+
+def _normal(values: np.ndarray) -> np.ndarray:
+    """Finite values that are zero or normal, sorted and unique. Subnormal inputs are outside
+    what a compiled model promises: XLA flushes them to zero."""
+    tiny = np.finfo(np.float64).tiny
+    keep = np.isfinite(values) & ((values == 0) | (np.abs(values) >= tiny))
+    return np.unique(values[keep])
