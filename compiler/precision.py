@@ -17,6 +17,10 @@ from typing import Any
 
 import lazy as lz
 
+#: The float tolerance a compiled model promises against its source: relative, scaled by the
+#: output's magnitude (the conformance suite's).
+TOLERANCE = 1e-5
+
 
 @dataclass(frozen=True)
 class Precision:

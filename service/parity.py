@@ -239,7 +239,7 @@ def _check_columns(schema: compiler.InputSchema, sample: Any) -> None:
     for i, present in enumerate(keys):
         missing = [c for c in schema.names if c not in present]
         if missing:
-            where = f"sample row {i}" if len(keys) > 1 or isinstance(sample, list) else "sample"
+            where = f"sample row {i}" if isinstance(sample, list) else "sample"
             raise compiler.SchemaError(f"{where} has no column {missing[0]!r}")
 
 

@@ -190,9 +190,10 @@ def _set(table: object, column: int, values: np.ndarray) -> object:
     out = np.asarray(table)
     if out.ndim == 1:  # a 1-D input (LabelEncoder's labels): the probed values themselves
         return values.astype(object if values.dtype.kind == "O" else np.float64)
-    if values.dtype.kind != "f" and out.dtype.kind == "f":
+    if values.dtype.kind == "O":  # categories into a numeric table
         out = out.astype(object)
-    out = out.astype(np.float64) if out.dtype.kind in "iub" else out
+    elif out.dtype.kind in "iub":
+        out = out.astype(np.float64)
     out[:, column] = values
     return out
 

@@ -18,7 +18,7 @@ from ..blocks import affine
 from ..context import Context
 from ..errors import UnsupportedError
 from ..features import Features, Heads
-from ..precision import Precision
+from ..precision import TOLERANCE, Precision
 from ..registry import register
 from ._kernels import kernel, kernel_bound
 
@@ -58,7 +58,6 @@ def fast_ica(est: Any, features: Features, ctx: Context) -> Heads:
 #: float32 is kept where the estimated float32 error is at most this share of the tolerance (the
 #: estimate is rough, so the margin is wide).
 _KERNEL_PCA_FLOAT32_SHARE = 0.05
-_RTOL32 = 1e-5  # the float32 tolerance: relative, scaled by the output's magnitude
 
 
 def _kernel_pca_amplifies(est: Any) -> bool:
@@ -75,7 +74,7 @@ def _kernel_pca_amplifies(est: Any) -> bool:
     points = np.asarray(est.X_fit_, np.float64)
     bound = kernel_bound(est.kernel, points, float(est.gamma_), est.degree, est.coef0)
     error = np.finfo(np.float32).eps * bound * np.sqrt(len(points)) / np.sqrt(kept.min())
-    tolerance = _RTOL32 * max(1.0, float(np.sqrt(kept.max())))
+    tolerance = TOLERANCE * max(1.0, float(np.sqrt(kept.max())))
     return bool(error > _KERNEL_PCA_FLOAT32_SHARE * tolerance)
 
 

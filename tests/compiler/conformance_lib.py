@@ -15,8 +15,10 @@ from typing import Any
 import numpy as np
 from sklearn.datasets import make_classification, make_regression
 
-#: The tolerance of float outputs in float32 (relative, scaled by the output's magnitude).
-RTOL32 = 1e-5
+from compiler.precision import TOLERANCE
+
+#: The tolerance of float outputs (relative, scaled by the output's magnitude): the compiler's.
+RTOL32 = TOLERANCE
 
 
 @dataclass(frozen=True)

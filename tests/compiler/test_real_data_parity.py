@@ -6,7 +6,7 @@ Synthetic data (the conformance suite) has continuous, distinct values; real tab
 columns with many repeats (digits' pixels), values rounded to one or two decimals (iris, wine),
 wide magnitude ranges (breast_cancer), NaN and string categories. Labels must be identical;
 numeric outputs agree within :data:`conformance_lib.RTOL32` scaled by the output's magnitude.
-Known gaps run as strict expected failures (:data:`XFAIL`), never as skips.
+Every case must pass: a gap found here is fixed, never skipped.
 """
 
 from __future__ import annotations
@@ -301,7 +301,6 @@ DTYPES = ("float64", "float32")
 
 #: (case id, dtype) → (why it fails today, the exception it fails with). Each runs as a strict
 #: expected failure.
-XFAIL: dict[tuple[str, str], tuple[str, type[BaseException]]] = {}
 
 
 # -- the checks ---------------------------------------------------------------------------------
@@ -331,16 +330,9 @@ def _methods(est: Any, model: compiler.CompiledModel) -> list[str]:
 
 
 def _params() -> list[Any]:
-    params = []
-    for case in CASES:
-        for dtype in DTYPES:
-            known = XFAIL.get((case.id, dtype))
-            marks = []
-            if known:
-                reason, raises = known
-                marks.append(pytest.mark.xfail(reason=reason, raises=raises, strict=True))
-            params.append(pytest.param(case, dtype, id=f"{case.id}-{dtype}", marks=marks))
-    return params
+    return [
+        pytest.param(case, dtype, id=f"{case.id}-{dtype}") for case in CASES for dtype in DTYPES
+    ]
 
 
 def test_case_ids_are_unique() -> None:

@@ -288,22 +288,10 @@ def test_an_upload_without_a_sample_scores_as_its_source(
 SKLEARN_API = [
     (f, n) for f, n in MATRIX if n in ("pipeline", "forest", "lgbm-wrapper", "xgb-wrapper")
 ]
-_UNSERVED: dict[tuple[str, str], str] = {}  # (format, family) → why a head is not served
 
 
 @pytest.mark.parametrize(
-    ("fmt", "name"),
-    [
-        pytest.param(
-            f,
-            n,
-            id=f"{f}-{n}",
-            marks=[pytest.mark.xfail(reason=_UNSERVED[f, n], strict=True)]
-            if (f, n) in _UNSERVED
-            else [],
-        )
-        for f, n in SKLEARN_API
-    ],
+    ("fmt", "name"), [pytest.param(f, n, id=f"{f}-{n}") for f, n in SKLEARN_API]
 )
 def test_every_head_of_a_scikit_learn_api_model_is_served(
     live: LiveServer, fmt: str, name: str
