@@ -30,8 +30,13 @@ edges, quantile knots — must decide as the source does for float64 inputs, so:
   those comparisons in float64 (the rest of the graph stays float32).
 - **float32**: sources that themselves compare `float32(x)` (scikit-learn's `tree_` models,
   XGBoost) keep float32 input on raw columns: the host's rounding is the source's.
-- A column no map describes (a projection, polynomial terms) is compared as the graph computed
-  it; such a decision is exact only where float32 rounding cannot cross it.
+- **exact values**: one-hot flags, ordinal codes, NaN indicators, bin indices and binarized
+  flags hold the source's values in any precision, so the decisions that read them need nothing.
+- **float64 features**: a decision on a column no map describes and whose values are not exact
+  (a projection, polynomial terms) puts the steps computing it in float64 by itself (see
+  *precision* below; the report names them). It then decides as the source does up to float64
+  rounding: a value within that rounding of a threshold is decided by the last bit of a float64
+  sum, which scikit-learn itself decides differently with the row's position in the batch.
 
 The *precision* column names the classes whose float32 answers can miss the conformance tolerance
 (relative 1e-5, scaled by the output's magnitude) and why. In a float32 graph the compiler

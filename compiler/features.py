@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -11,6 +12,7 @@ import lazy as lz
 
 #: One step of a :class:`ColumnMap`: float64 values → float64 values, as the source computes them.
 Step = Callable[[np.ndarray], np.ndarray]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -66,13 +68,16 @@ class Features:
     ``maps[j]`` (optional, empty: none known) describes a computed column j exactly as a
     :class:`ColumnMap` of one raw column; see :meth:`column_map`. ``codes[j]`` (optional, empty:
     none known) describes a computed column j as a :class:`CodeTable` look-up of a raw column's
-    category codes.
+    category codes. ``exact[j]`` (optional, empty: none known) says that computed column j holds
+    exactly the source's values in any float dtype (category codes, 0/1 flags), so a decision on
+    it needs neither a map nor float64; see :meth:`decided_exactly`.
     """
 
     values: lz.LazyTensor
     sources: tuple[int | None, ...]
     maps: tuple[ColumnMap | None, ...] = ()
     codes: tuple[CodeTable | None, ...] = ()
+    exact: tuple[bool, ...] = ()
 
     def __post_init__(self) -> None:
         if self.values.ndim != 2 or self.values.shape[1] != len(self.sources):
@@ -81,6 +86,8 @@ class Features:
             raise ValueError(f"features of {len(self.sources)} columns vs {len(self.maps)} maps")
         if self.codes and len(self.codes) != len(self.sources):
             raise ValueError(f"features of {len(self.sources)} columns vs {len(self.codes)} codes")
+        if self.exact and len(self.exact) != len(self.sources):
+            raise ValueError(f"features of {len(self.sources)} columns vs {len(self.exact)} flags")
 
     def code_table(self, j: int) -> CodeTable | None:
         """Column j as a look-up of a raw column's category codes, if it is known to be one."""
@@ -103,6 +110,16 @@ class Features:
 
     def column_maps(self) -> tuple[ColumnMap | None, ...]:
         return tuple(self.column_map(j) for j in range(self.width))
+
+    def decided_exactly(self, j: int) -> bool:
+        """Whether a decision on column j can be made as the source makes it on float64 inputs
+        without computing the column in float64: a map folds it onto a raw column, or its values
+        are exact (``exact[j]``)."""
+        return bool(self.exact and self.exact[j]) or self.column_map(j) is not None
+
+    def exactly(self) -> Features:
+        """These features, every column marked as holding exactly the source's values."""
+        return replace(self, exact=(True,) * self.width)
 
     def mapped(self, values: lz.LazyTensor, step: Callable[[int], Step | None]) -> Features:
         """``values``, computed from these features column by column by a non-decreasing step
@@ -129,11 +146,12 @@ class Features:
         sources = tuple(self.sources[i] for i in idx)
         maps = tuple(self.maps[i] for i in idx) if self.maps else ()
         codes = tuple(self.codes[i] for i in idx) if self.codes else ()
+        exact = tuple(self.exact[i] for i in idx) if self.exact else ()
         if idx and idx == list(range(idx[0], idx[0] + len(idx))):
             values = lz.slice_axis(self.values, 1, idx[0], idx[0] + len(idx))
-            return Features(values, sources, maps, codes)
+            return Features(values, sources, maps, codes, exact)
         table = lz.const(np.asarray(idx, np.int32))
-        return Features(lz.take(self.values, table, axis=1), sources, maps, codes)
+        return Features(lz.take(self.values, table, axis=1), sources, maps, codes, exact)
 
     @staticmethod
     def concat(parts: Sequence[Features]) -> Features:
@@ -141,13 +159,21 @@ class Features:
         if len(parts) == 1:
             return parts[0]
         values = lz.concat([p.values for p in parts], axis=1)
-        maps = ()
-        if any(p.maps for p in parts):
-            maps = tuple(m for p in parts for m in (p.maps or (None,) * p.width))
-        codes = ()
-        if any(p.codes for p in parts):
-            codes = tuple(c for p in parts for c in (p.codes or (None,) * p.width))
-        return Features(values, tuple(s for p in parts for s in p.sources), maps, codes)
+        maps = _joined([p.maps for p in parts], [p.width for p in parts], None)
+        codes = _joined([p.codes for p in parts], [p.width for p in parts], None)
+        exact = _joined([p.exact for p in parts], [p.width for p in parts], False)
+        sources = tuple(s for p in parts for s in p.sources)
+        return Features(values, sources, maps, codes, exact)
+
+
+def _joined(columns: Sequence[tuple[T, ...]], widths: Sequence[int], default: T) -> tuple[T, ...]:
+    """Per-column annotations of parts side by side (a part without any: ``default``); empty
+    where no part has any."""
+    if not any(columns):
+        return ()
+    return tuple(
+        c for part, w in zip(columns, widths, strict=True) for c in (part or (default,) * w)
+    )
 
 
 @dataclass(frozen=True)
@@ -169,19 +195,24 @@ class Heads:
     extra: Mapping[str, object] = field(default_factory=dict)
     splits: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     codes: tuple[CodeTable | None, ...] = ()  # code look-ups of the transform head's columns
+    exact: tuple[bool, ...] = ()  # which of the transform head's columns are exact values
 
     def features(self) -> Features:
         values = self.outputs["transform"]
         if values.ndim == 1:
             values = lz.reshape(values, (lz.B, 1))
         sources = self.sources or (None,) * int(values.shape[1])
-        return Features(values, sources, self.maps, self.codes)
+        return Features(values, sources, self.maps, self.codes, self.exact)
 
     @classmethod
-    def transformed(cls, features: Features) -> Heads:
+    def transformed(cls, features: Features, **heads: Any) -> Heads:
+        """``features`` as the transform head (``heads``: more outputs and fields)."""
+        outputs = {**heads.pop("outputs", {}), "transform": features.values}
         return cls(
-            {"transform": features.values},
+            outputs,
             sources=features.sources,
             maps=features.maps,
             codes=features.codes,
+            exact=features.exact,
+            **heads,
         )

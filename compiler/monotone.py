@@ -9,11 +9,15 @@ steps in float64 as the source computes them), the set of raw values passing a d
 for every float64 input, whatever float32 rounding or the graph's arithmetic would make of
 ``v``, and the mapped steps cost nothing per row. The tree splits (:mod:`compiler.trees.folding`)
 and the binning tests (:class:`compiler.converters.discretization.ExactTests`) share this.
+
+A decision on a column no map describes and whose values are not exact (a projection's output)
+needs ``v`` as the source computes it: :func:`computed_as_source` puts the steps computing it in
+float64 (:mod:`compiler.precision`), so it decides as the source does up to float64 rounding.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -77,6 +81,19 @@ def fold(
         return t, None
     with np.errstate(all="ignore"):
         return t, np.asarray(holds(np.full(len(values), nan_value), values), bool)
+
+
+def computed_as_source(features: Features, columns: Iterable[int], ctx: Context) -> None:
+    """Ask for the steps computing ``columns`` of ``features`` in float64 where a decision on
+    them (made by the current step) could not otherwise see the source's value: columns no map
+    folds onto a raw column and whose values are not exact (:meth:`Features.decided_exactly`)."""
+    inexact = [j for j in columns if not features.decided_exactly(j)]
+    if inexact:
+        ctx.promote(
+            f"decides on {len(inexact)} computed features that no map folds onto a raw column: "
+            "the steps computing them compute in float64, as the source does",
+            inputs=True,
+        )
 
 
 def raw_matrix(

@@ -10,8 +10,9 @@ high, and no float32 threshold fixes that without breaking the rows just above),
 are made by :class:`ExactTests`: exact for every float64 input (the graph then takes its input
 table in float64), including behind scalers and imputers, in a float32 graph as in a float64 one.
 
-Limits: a column no map describes (a projection's output) is compared as the graph computed it;
-subnormal inputs are flushed to zero by XLA (``-5e-324`` bins as 0 does).
+Limits: a column no map describes (a projection's output) is computed in float64 and compared as
+the graph computed it (exact up to float64 rounding of the steps computing it); subnormal inputs
+are flushed to zero by XLA (``-5e-324`` bins as 0 does).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import lazy as lz
 
 from ..context import Context
 from ..features import ColumnMap, Features, Heads
-from ..monotone import Test, fold, raw_matrix
+from ..monotone import Test, computed_as_source, fold, raw_matrix
 from ..registry import register, unsupported_param
 from ..trees import float32_floor
 from ._sorted import padded
@@ -59,8 +60,8 @@ class ExactTests:
     host's float32 rounding or the graph's arithmetic would have made of ``v``. A raw NaN takes
     the source's answer for ``g(NaN)`` (an imputer's fill). Other columns (a projection's output)
     are compared as computed, as ``x >= s`` with ``s`` the smallest value of their dtype above
-    ``t`` (:func:`_smallest_passing`): exact for the values the graph computed, not for the
-    source's own.
+    ``t`` (:func:`_smallest_passing`), and computed in float64 where their values are not exact
+    (:func:`compiler.monotone.computed_as_source`).
 
     ``float32_source``: the source tests ``float32(v)``; a raw column it reads verbatim then
     needs nothing but the host's own float32 rounding.
@@ -77,6 +78,7 @@ class ExactTests:
         )
         #: Per column: the raw input column the source's ``v`` is a map of (None: computed).
         self.sources = tuple(None if m is None else m.source for m in maps)
+        computed_as_source(features, range(self.width), ctx)
         self.reads_raw = any(raw)
         if not self.reads_raw:
             self.x = features.values
@@ -191,7 +193,7 @@ def kbins_discretizer(est: Any, features: Features, ctx: Context) -> Heads:
     test = float32_at_least if float32_source else at_least
     bins = tests.count(inner, test, "bin_edges_")  # (B, F) int32
     if est.encode == "ordinal":
-        return Heads({"transform": lz.cast(bins, ctx.dtype)})
+        return Heads({"transform": lz.cast(bins, ctx.dtype)}, exact=(True,) * features.width)
     # one-hot over categories arange(n_bins_[j]) per column: output column o is
     # ``bins[:, column[o]] == value[o]``
     n_bins = np.asarray(est.n_bins_, np.int64)
@@ -199,4 +201,4 @@ def kbins_discretizer(est: Any, features: Features, ctx: Context) -> Heads:
     value = np.concatenate([np.arange(n) for n in n_bins])
     picked = lz.take(bins, ctx.param(column, "onehot_column", dtype="int32"), axis=1)
     hot = picked == ctx.param(value, "onehot_value", dtype="int32")
-    return Heads({"transform": lz.cast(hot, ctx.dtype)})
+    return Heads({"transform": lz.cast(hot, ctx.dtype)}, exact=(True,) * len(value))

@@ -111,7 +111,8 @@ def one_hot_encoder(est: Any, features: Features, ctx: Context) -> Heads:
             parts.append(lz.take(ctx.param(table, f"onehot_{j}"), code, axis=0))
     if not parts:
         raise unsupported_param(est, "drop", est.drop, "a drop leaving at least one column")
-    return Heads({"transform": lz.concat(parts, axis=1) if len(parts) > 1 else parts[0]})
+    out = lz.concat(parts, axis=1) if len(parts) > 1 else parts[0]
+    return Heads({"transform": out}, exact=(True,) * int(out.shape[1]))
 
 
 @register(
@@ -142,7 +143,8 @@ def ordinal_encoder(est: Any, features: Features, ctx: Context) -> Heads:
     stacked = lz.concat([lz.reshape(c, (lz.B, 1)) for c in codes], axis=1)
     index = stacked + ctx.const(np.asarray(offsets, np.int32), "int32")
     flat = ctx.param(np.concatenate(tables), "ordinal_table")
-    return Heads({"transform": lz.take(flat, index, axis=0)}, codes=tuple(lookups))
+    out = lz.take(flat, index, axis=0)
+    return Heads({"transform": out}, codes=tuple(lookups), exact=(True,) * len(lookups))
 
 
 @register(

@@ -59,7 +59,7 @@ def indicator(est: Any, mask: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
     limits="numeric columns; `missing_values` NaN or a number; `features` 'missing-only' / 'all'",
 )
 def missing_indicator(est: Any, features: Features, ctx: Context) -> Heads:
-    return Heads({"transform": indicator(est, missing_mask(est, features, ctx), ctx)})
+    return Heads.transformed(_flags(est, features, ctx))
 
 
 @register(
@@ -93,9 +93,24 @@ def simple_imputer(est: Any, features: Features, ctx: Context) -> Heads:
     if est.add_indicator:
         if est._fit_dtype.kind == "O":
             raise unsupported_param(est, "add_indicator", True, "False on non-numeric columns")
-        flags = indicator(est.indicator_, missing_mask(est, features, ctx), ctx)
-        out = Features.concat([out, Features.derived(flags)])
+        out = Features.concat([out, _flags(est.indicator_, features, ctx)])
     return Heads.transformed(out)
+
+
+def _flags(est: Any, features: Features, ctx: Context) -> Features:
+    """A fitted MissingIndicator's flags of ``features``. With a NaN marker they are exact (NaN
+    in any precision) and a map of the column they flag (constant on the non-NaN line); a
+    numeric marker is compared as the graph computed the column."""
+    flags = indicator(est, missing_mask(est, features, ctx), ctx)
+    if not np.isnan(_numeric_marker(est)):
+        return Features.derived(flags)
+    flagged = [features.column_map(int(j)) for j in est.features_]
+    maps = tuple(None if m is None else m.then(_is_missing) for m in flagged)
+    return Features(flags, (None,) * len(maps), maps, exact=(True,) * len(maps))
+
+
+def _is_missing(v: np.ndarray) -> np.ndarray:
+    return np.isnan(v).astype(np.float64)
 
 
 def _filled_maps(features: Features, fills: np.ndarray) -> tuple[ColumnMap | None, ...]:

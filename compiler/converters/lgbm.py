@@ -254,7 +254,7 @@ def _pandas_codes(dump: dict[str, Any], features: Features, ctx: Context) -> Fea
         value = lz.where(code == n, float("nan"), lz.cast(code, features.values.dtype))
         codes.append(lz.reshape(value, (lz.B, 1)))
     ctx.note(f"{len(columns)} pandas category columns read through their categories")
-    derived = Features.derived(lz.concat(codes, axis=1) if len(codes) > 1 else codes[0])
+    derived = Features.derived(lz.concat(codes, axis=1) if len(codes) > 1 else codes[0]).exactly()
     order = list(range(features.width))
     for i, f in enumerate(columns):
         order[f] = features.width + i
@@ -298,8 +298,13 @@ def _raw_scores(booster: Any, features: Features, ctx: Context) -> tuple[lz.Lazy
     maps = features.column_maps()
     if parsed.rounds_zero:
         maps = tuple(None if m is None else m.then(_zero_band) for m in maps)
-    derived = int(x.shape[1]) - features.width
-    decision = Features(x, (None,) * int(x.shape[1]), maps + (None,) * derived)
+    # A derived column is decided as exactly as the input column it copies or tests (the
+    # zero-as-missing copies and category tests compare the graph's values of the input).
+    read = [f for f in parsed.zero] + [f for f, _ in parsed.categories]
+    exact = (features.exact or (False,) * features.width) + tuple(
+        features.decided_exactly(f) for f in read
+    )
+    decision = Features(x, (None,) * int(x.shape[1]), maps + (None,) * len(read), exact=exact)
     return leaf_sum_on(parsed.ensemble, decision, ctx), objective
 
 

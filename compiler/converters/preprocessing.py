@@ -22,6 +22,7 @@ from ..context import Context
 from ..errors import UnsupportedError
 from ..features import Features, Heads, Step
 from ..registry import register, unsupported_param
+from .discretization import ExactTests, above
 
 #: A per-column non-decreasing map: replayed in float64 for the decisions that read it.
 FOLDED = "folded into the tree splits, bin edges and knots that read it (exact for float64 inputs)"
@@ -117,10 +118,16 @@ def normalizer(est: Any, features: Features, ctx: Context) -> Heads:
     return Heads({"transform": x / norms})
 
 
-@register(Binarizer, methods=("transform",), limits="dense input")
+@register(
+    Binarizer,
+    methods=("transform",),
+    limits="dense input",
+    exactness="``x > threshold`` decided on the raw float64 columns (through scalers before it)",
+)
 def binarizer(est: Any, features: Features, ctx: Context) -> Heads:
-    x = features.values
-    return Heads({"transform": lz.cast(x > float(est.threshold), x.dtype)})
+    tests = ExactTests(features, ctx)
+    passed = tests.holds(np.full(features.width, float(est.threshold)), above, "threshold")
+    return Heads({"transform": lz.cast(passed, ctx.dtype)}, exact=(True,) * features.width)
 
 
 @register(PolynomialFeatures, methods=("transform",), limits="dense input; any degree")

@@ -45,5 +45,6 @@ def selector(est: Any, features: Features, ctx: Context) -> Heads:
 def recursive_elimination(est: Any, features: Features, ctx: Context) -> Heads:
     selected = _selected(est, features)
     heads = ctx.convert(est.estimator_, selected, "estimator_")
-    outputs = {**heads.outputs, "transform": selected.values}
-    return Heads(outputs, classes=heads.classes, sources=selected.sources, extra=heads.extra)
+    return Heads.transformed(
+        selected, outputs=heads.outputs, classes=heads.classes, extra=heads.extra
+    )

@@ -45,6 +45,10 @@ _LOGISTIC = {"binary:logistic", "reg:logistic"}
 _EXP = {"count:poisson", "reg:gamma", "reg:tweedie"}
 _SOFTMAX = {"multi:softprob", "multi:softmax"}
 OBJECTIVES = sorted([*_IDENTITY, *_LOGISTIC, *_EXP, *_SOFTMAX])
+_EXACTNESS = (
+    f"{FLOAT32_SPLITS}; leaves summed as XGBoost sums them, in float32 one tree after another "
+    "from the base margin (margins bit-identical)"
+)
 
 
 def _margin(base: np.ndarray, objective: str) -> np.ndarray:
@@ -55,6 +59,16 @@ def _margin(base: np.ndarray, objective: str) -> np.ndarray:
     if objective in _EXP:
         return np.log(wide)
     return wide  # identity objectives, binary:logitraw and softmax keep it as stored
+
+
+def _base_margin(margin: np.ndarray) -> list[Tree]:
+    """One single-leaf tree per output holding its margin (and 0 in the other outputs)."""
+    stumps = []
+    for k, value in enumerate(margin.tolist()):
+        builder = TreeBuilder(len(margin))
+        builder.leaf(0, k, value)
+        stumps.append(builder.build())
+    return stumps
 
 
 @dataclass(frozen=True)
@@ -177,17 +191,30 @@ def _booster_output(
             f"{features.width} columns"
         )
     x = _decision_columns(features, parsed, categories, ctx)
-    ensemble = Ensemble(parsed.trees, int(x.shape[1]), float32_inputs=True)
-    # The input columns keep their maps (computed features fold onto raw float64 columns); the
-    # membership columns are read as computed.
-    derived = int(x.shape[1]) - features.width
-    decision = Features(
-        x, features.sources + (None,) * derived, features.column_maps() + (None,) * derived
-    )
+    # XGBoost adds each tree's leaf to its float32 prediction in turn, from the base margin: a
+    # first single-leaf tree per output, then the trees, summed in order in float32.
     base = float32_from_text(str(param["base_score"]).strip("[]").split(","))
-    margin = np.broadcast_to(_margin(base, objective), (k,))
+    margin = np.broadcast_to(_margin(base, objective), (k,)).astype(np.float32)
+    ensemble = Ensemble(
+        (*_base_margin(margin), *parsed.trees), int(x.shape[1]), float32_inputs=True, in_order=True
+    )
+    # The input columns keep their maps (computed features fold onto raw float64 columns); the
+    # membership columns are read as computed, as exactly as the input column each one tests.
+    by_feature: dict[int, int] = {}
+    for f, _ in parsed.categorical:
+        by_feature[f] = by_feature.get(f, 0) + 1
+    read = [f for f, n in by_feature.items() for _ in range(n)]
+    exact = (features.exact or (False,) * features.width) + tuple(
+        features.decided_exactly(f) for f in read
+    )
+    decision = Features(
+        x,
+        features.sources + (None,) * len(read),
+        features.column_maps() + (None,) * len(read),
+        exact=exact,
+    )
     ctx.note(f"objective: {objective}")
-    raw = leaf_sum_on(ensemble, decision, ctx) + ctx.param(margin, "base_margin")
+    raw = leaf_sum_on(ensemble, decision, ctx)
     if objective in _IDENTITY:
         return raw
     if objective in _LOGISTIC:
@@ -224,7 +251,7 @@ _LIMITS = (
 )
 
 
-@register(xgboost.Booster, methods=("predict",), limits=_LIMITS, exactness=FLOAT32_SPLITS)
+@register(xgboost.Booster, methods=("predict",), limits=_LIMITS, exactness=_EXACTNESS)
 def xgboost_booster(booster: Any, features: Features, ctx: Context) -> Heads:
     # Booster.predict takes a DMatrix; its `missing` is the DMatrix's (NaN by default).
     out = _squeeze(_booster_output(_learner(booster), features, ctx, None))
@@ -236,7 +263,7 @@ def xgboost_booster(booster: Any, features: Features, ctx: Context) -> Heads:
     xgboost.XGBRanker,
     methods=("predict",),
     limits=_LIMITS,
-    exactness=FLOAT32_SPLITS,
+    exactness=_EXACTNESS,
 )
 def xgboost_regressor(est: Any, features: Features, ctx: Context) -> Heads:
     learner = _learner(est.get_booster())
@@ -247,7 +274,7 @@ def xgboost_regressor(est: Any, features: Features, ctx: Context) -> Heads:
     xgboost.XGBClassifier,
     methods=("predict", "predict_proba"),
     limits=_LIMITS,
-    exactness=FLOAT32_SPLITS,
+    exactness=_EXACTNESS,
 )
 def xgboost_classifier(est: Any, features: Features, ctx: Context) -> Heads:
     learner = _learner(est.get_booster())

@@ -86,4 +86,4 @@ def categorical_traversal(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) ->
     if ensemble.max_depth > 1:
         feature = ctx.param(g.feature, "feature")
         node = lz.fori_loop(ensemble.max_depth - 1, level, node, dec.x, feature, *tables)
-    return _leaf_sum(g.value, node, ctx)
+    return _leaf_sum(ensemble, g.value, node, ctx)

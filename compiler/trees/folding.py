@@ -12,7 +12,9 @@ The split then reads the raw float64 column, and a NaN goes where ``g(NaN)`` (an
 goes, or where the source sends missing values. Exact for every float64 input, and the folded
 steps cost nothing per row.
 
-A column no map describes (a projection, a one-hot flag) is compared as computed, as before.
+A column no map describes is compared as computed: exact where its values are (one-hot flags,
+category codes), else computed in float64 by the steps feeding it
+(:func:`~compiler.monotone.computed_as_source`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import lazy as lz
 
 from ..context import Context
 from ..features import ColumnMap, Features
-from ..monotone import Test, fold, raw_matrix
+from ..monotone import Test, computed_as_source, fold, raw_matrix
 from .model import Ensemble, Tree
 from .strategies import leaf_sum
 
@@ -69,13 +71,15 @@ def exact_splits(
     # float32 of the raw value or of the fill: the host's rounding gives that already.
     mapped = [m is not None and not (ensemble.float32_inputs and m.fills_only) for m in maps]
     as_read = [None if m is None else m.source for m in maps]
-    read = set()
+    read, categorical = set(), set()
     for tree in ensemble.trees:
         read.update(tree.feature[~tree.is_leaf].tolist())
         if tree.has_categorical:  # category codes are read as computed, never folded
-            for f in tree.feature[~tree.is_leaf & tree.is_categorical].tolist():  # type: ignore[operator]
-                mapped[f] = False
-                as_read[f] = None
+            categorical.update(tree.feature[~tree.is_leaf & tree.is_categorical].tolist())  # type: ignore[operator]
+    for f in categorical:
+        mapped[f] = False
+        as_read[f] = None
+    computed_as_source(features, sorted(read - categorical), ctx)
     if not any(mapped[f] for f in read):
         _record_thresholds(ensemble, as_read, ctx)
         return ensemble, features.values
@@ -85,7 +89,7 @@ def exact_splits(
     x, column = raw_matrix(features, ctx, order, [mapped[f] for f in order])
     trees = _fold_trees(ensemble, maps, mapped, column)
     folded = sum(1 for f in read if mapped[f] and maps[f].steps)  # type: ignore[union-attr]
-    result = Ensemble(trees, int(x.shape[1]), float32_inputs=False)
+    result = Ensemble(trees, int(x.shape[1]), float32_inputs=False, in_order=ensemble.in_order)
     raw: list[int | None] = [None] * int(x.shape[1])
     for f in order:
         if mapped[f]:

@@ -38,7 +38,8 @@ def host_leaf_sum(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.Lazy
         ctx.param(thresholds_in(dtype, g.threshold), "host_threshold", dtype=dtype),
         ctx.param(g.nan_right, "host_nan_right", dtype="bool"),
         ctx.param(g.left, "host_left"),
-        ctx.param(np.asarray(g.value), "host_leaf_value"),
+        # FOREST_SUM adds the trees in order, in the values' dtype.
+        ctx.param(np.asarray(g.value), "host_leaf_value", dtype=ensemble.sum_dtype(ctx.dtype)),
         trees=len(g.roots),
         depth=ensemble.max_depth,
     )

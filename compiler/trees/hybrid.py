@@ -24,7 +24,7 @@ from ..context import Context
 from .model import Ensemble
 from .quickscorer import bit_tables, bitvector, exit_leaf, split_tables
 from .splits import split_columns
-from .strategies import _constant, _leaf_sum, _linked, _root_values, _step
+from .strategies import _leaf_sum, _linked, _step, _stumps
 
 TOP_LEVELS = 5
 
@@ -32,7 +32,7 @@ TOP_LEVELS = 5
 def hybrid(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
     depth = ensemble.max_depth
     if depth == 0:
-        return _constant(_root_values(ensemble), x, ctx)
+        return _stumps(ensemble, x, ctx)
     if depth <= TOP_LEVELS:  # nothing to walk below the top: that is the bit-vector strategy
         return bitvector(ensemble, x, ctx)
     cols = split_columns(ensemble, x, ctx)
@@ -73,4 +73,4 @@ def hybrid(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
         ctx.param(g.left, "left"),
     )
     node = lz.fori_loop(depth - TOP_LEVELS, _step, node, cols.x, *tables)
-    return _leaf_sum(g.value, node, ctx)
+    return _leaf_sum(ensemble, g.value, node, ctx)

@@ -94,11 +94,17 @@ class Ensemble:
 
     ``float32_inputs``: the source compares ``float32(x)`` with its thresholds (scikit-learn's
     ``tree_`` models); otherwise it compares the float64 value (HistGradientBoosting).
+
+    ``in_order``: the source sums the reached leaf values in float32, one tree after another
+    from +0 (XGBoost, whose base margin is then a first, single-leaf tree). Every strategy sums
+    that way, in float32 whatever the graph's dtype (:attr:`sum_dtype`), so each sum is the
+    source's bit for bit; otherwise the order is the strategy's, in the graph's dtype.
     """
 
     trees: tuple[Tree, ...]
     n_features: int
     float32_inputs: bool
+    in_order: bool = False
 
     def __post_init__(self) -> None:
         if not self.trees:
@@ -110,6 +116,20 @@ class Ensemble:
     @property
     def n_outputs(self) -> int:
         return int(self.trees[0].value.shape[1])
+
+    def sum_dtype(self, graph_dtype: str) -> str:
+        """The dtype leaf values are summed in, in a graph of ``graph_dtype``."""
+        return "float32" if self.in_order else graph_dtype
+
+    def root_sum(self) -> np.ndarray:
+        """(K,): the sum of every tree's root value (the whole answer where no tree splits),
+        summed as the source sums."""
+        if not self.in_order:
+            return np.sum([t.value[0] for t in self.trees], axis=0)
+        total = np.zeros(self.n_outputs, np.float32)
+        for tree in self.trees:
+            total = total + tree.value[0].astype(np.float32)
+        return total.astype(np.float64)
 
     @cached_property
     def max_depth(self) -> int:

@@ -34,7 +34,7 @@ import lazy as lz
 from ..context import Context
 from .model import Ensemble, Tree
 from .splits import SplitColumns, split_columns
-from .strategies import _constant, _root_values, _stack_outputs
+from .strategies import _constant, _stack_outputs, _stumps
 
 WORD_BITS = 32
 ALL_ONES = 0xFFFFFFFF
@@ -156,7 +156,7 @@ def select(index: lz.LazyTensor, entries: list[lz.LazyTensor]) -> lz.LazyTensor:
 
 def bitvector(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
     if ensemble.max_depth == 0:
-        return _constant(_root_values(ensemble), x, ctx)
+        return _stumps(ensemble, x, ctx)
     cols = split_columns(ensemble, x, ctx)
     tables = bit_tables(ensemble)
     n_trees, n_splits, n_leaves = tables.shape
@@ -182,7 +182,9 @@ def bitvector(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTens
     # One loop per output, over the trees that contribute to it (boosting: one class's trees),
     # with a (B,) sum: a (B, K) carry puts K innermost, which XLA:CPU does not vectorize (10×
     # slower for K = 2 than K loops).
-    zeros = lz.reshape(_constant(np.zeros(1), x, ctx), (lz.B,))
+    # Trees in order from +0: an ``in_order`` ensemble's sum, in its dtype.
+    dtype = ensemble.sum_dtype(ctx.dtype)
+    zeros = lz.reshape(_constant(np.zeros(1), x, ctx, dtype), (lz.B,))
     splits = split_tables(tables, cols, ctx, "split")
     outputs = []
     for k in range(ensemble.n_outputs):
@@ -193,7 +195,7 @@ def bitvector(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTens
         per_tree = (
             ctx.param(trees, f"trees_{k}"),
             *splits,
-            ctx.param(value[:, k], f"leaf_value_{k}"),
+            ctx.param(value[:, k], f"leaf_value_{k}", dtype=dtype),
         )
         outputs.append(lz.fori_loop(len(trees), body, zeros, cols.x, *per_tree))
     return _stack_outputs(outputs)

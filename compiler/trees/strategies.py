@@ -72,15 +72,19 @@ def _go_right(v: lz.LazyTensor, t: lz.LazyTensor, nan_right: lz.LazyTensor | Non
     return right if nan_right is None else right | (lz.isnan(v) & nan_right)
 
 
-def _constant(total: np.ndarray, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
-    """Trees without splits: the same (B, K) sum for every row."""
-    row = ctx.param(total.reshape(1, -1), "leaf_sum")
+def _constant(
+    total: np.ndarray, x: lz.LazyTensor, ctx: Context, dtype: str | None = None
+) -> lz.LazyTensor:
+    """Trees without splits: the same (B, K) sum for every row (in ``dtype``, default the
+    graph's)."""
+    row = ctx.param(total.reshape(1, -1), "leaf_sum", dtype=dtype)
     # Tied to the input so the head is batched like every other: (B, 1) condition × (1, K).
     return lz.where(lz.isnan(x[:, :1]), row, row)
 
 
-def _root_values(ensemble: Ensemble) -> np.ndarray:
-    return np.sum([t.value[0] for t in ensemble.trees], axis=0)
+def _stumps(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
+    """An ensemble of single-leaf trees: its root sum for every row."""
+    return _constant(ensemble.root_sum(), x, ctx, ensemble.sum_dtype(ctx.dtype))
 
 
 def _stack_outputs(columns: list[lz.LazyTensor]) -> lz.LazyTensor:
@@ -89,18 +93,32 @@ def _stack_outputs(columns: list[lz.LazyTensor]) -> lz.LazyTensor:
     return columns[0] if len(columns) == 1 else lz.concat(columns, axis=1)
 
 
-def _leaf_sum(value: np.ndarray, node: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
+def _leaf_sum(
+    ensemble: Ensemble, value: np.ndarray, node: lz.LazyTensor, ctx: Context
+) -> lz.LazyTensor:
     """(B, K): the sum over trees of ``value[node]`` for (B, T) node ids, one output at a time.
 
     A (B, T, K) gather and a sum over T leave K as the innermost axis, which XLA:CPU does not
     vectorize (10× slower for K = 2); one (B, T) gather and sum per output vectorize over T.
+    An ``in_order`` ensemble adds the trees' values one after another (a loop over T).
     """
-    return _stack_outputs(
-        [
-            lz.sum(lz.take(ctx.param(value[:, k], f"leaf_value_{k}"), node, axis=0), axis=1)
-            for k in range(value.shape[1])
-        ]
-    )
+    dtype = ensemble.sum_dtype(ctx.dtype)
+    columns = []
+    for k in range(value.shape[1]):
+        table = ctx.param(value[:, k], f"leaf_value_{k}", dtype=dtype)
+        if not ensemble.in_order:
+            columns.append(lz.sum(lz.take(table, node, axis=0), axis=1))
+            continue
+        zeros = lz.cast(node[:, 0] * 0, dtype)  # (B,) +0, batched like the rows
+        columns.append(lz.fori_loop(int(node.shape[1]), _add_tree, zeros, node, table))
+    return _stack_outputs(columns)
+
+
+def _add_tree(
+    i: lz.LazyTensor, acc: lz.LazyTensor, node: lz.LazyTensor, value: lz.LazyTensor
+) -> lz.LazyTensor:
+    """Loop body of an in-order sum: tree ``i``'s reached leaf value added to (B,) ``acc``."""
+    return acc + lz.take(value, lz.take(node, i, axis=1), axis=0)
 
 
 # --- traversal ----------------------------------------------------------------------------------
@@ -176,7 +194,7 @@ def _step(
 def traversal(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
     depth = ensemble.max_depth
     if depth == 0:
-        return _constant(_root_values(ensemble), x, ctx)
+        return _stumps(ensemble, x, ctx)
     if ensemble.has_categorical:
         from .categorical import categorical_traversal  # it builds on this module's helpers
 
@@ -197,7 +215,7 @@ def traversal(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTens
             ctx.param(g.left, "left"),
         )
         node = lz.fori_loop(depth - 1, _step, node, cols.x, *tables)
-    return _leaf_sum(g.value, node, ctx)
+    return _leaf_sum(ensemble, g.value, node, ctx)
 
 
 # --- perfect-tree traversal ---------------------------------------------------------------------
@@ -259,7 +277,7 @@ def _perfect_step(
 def perfect(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
     depth, n_trees = ensemble.max_depth, len(ensemble.trees)
     if depth == 0:
-        return _constant(_root_values(ensemble), x, ctx)
+        return _stumps(ensemble, x, ctx)
     cols = split_columns(ensemble, x, ctx)
     p = _perfect_tables(ensemble)
     column, threshold = cols.encode(p.feature, p.threshold, p.nan_right)
@@ -273,7 +291,7 @@ def perfect(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor
         tables = (ctx.param(column, "feature"), ctx.param(threshold, "threshold", dtype=cols.dtype))
         node = lz.fori_loop(depth - 1, step, node, cols.x, *tables)
     leaf = node - n_trees * ((1 << depth) - 1)
-    return _leaf_sum(p.value, leaf, ctx)
+    return _leaf_sum(ensemble, p.value, leaf, ctx)
 
 
 # --- GEMM ---------------------------------------------------------------------------------------
@@ -339,7 +357,7 @@ def _gemm_tables(ensemble: Ensemble) -> _Gemm:
 def gemm(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
     n_trees, n_splits, n_leaves = _gemm_shape(ensemble)
     if n_splits == 0:
-        return _constant(_root_values(ensemble), x, ctx)
+        return _stumps(ensemble, x, ctx)
     dec = _decision(ensemble, x, ctx)
     g = _gemm_tables(ensemble)
     # A column gather, not X @ one-hot: 0 * NaN would spread a missing value to every split.
@@ -382,7 +400,7 @@ def choose(ensemble: Ensemble, requested: str) -> str:
     entries = n_trees * n_splits * n_leaves
     if requested == "auto":
         estimates = costs(ensemble)
-        if entries > GEMM_AUTO_ENTRIES:
+        if entries > GEMM_AUTO_ENTRIES or ensemble.in_order:
             estimates.pop("gemm")
         if n_leaves > BITVECTOR_MAX_LEAVES:
             estimates.pop("bitvector", None)
@@ -390,6 +408,11 @@ def choose(ensemble: Ensemble, requested: str) -> str:
     if requested not in IMPLEMENTED:
         raise UnsupportedError(
             f"tree_strategy={requested!r} is not implemented; supported: {['auto', *IMPLEMENTED]}"
+        )
+    if requested == "gemm" and ensemble.in_order:
+        raise UnsupportedError(
+            "tree_strategy='gemm' sums the leaves in a matrix product, this ensemble's source "
+            "sums them one tree after another in float32; use another strategy"
         )
     if requested == "gemm" and entries > GEMM_MAX_ENTRIES:
         raise UnsupportedError(
@@ -433,6 +456,6 @@ def leaf_sum(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTenso
         f"leaves per tree, {levels(ensemble)} levels in all)"
     )
     device = IMPLEMENTED[name](ensemble, x, ctx)
-    if not host:
-        return device
-    return lz.variant(device, host_leaf_sum(ensemble, x, ctx))
+    if host:
+        device = lz.variant(device, host_leaf_sum(ensemble, x, ctx))
+    return device if device.dtype == ctx.dtype else lz.cast(device, ctx.dtype)

@@ -43,7 +43,7 @@ import lazy as lz
 from ..context import Context
 from .model import Ensemble
 from .splits import split_columns
-from .strategies import _constant, _node_tables, _root_values
+from .strategies import _constant, _node_tables, _stumps
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,8 @@ class TreewiseTables:
 
 def treewise_tables(ensemble: Ensemble) -> TreewiseTables:
     depths = np.array([t.max_depth for t in ensemble.trees])
+    if ensemble.in_order:  # the source's order: one group, walked to the deepest tree's depth
+        depths = np.full(len(depths), depths.max())
     order = np.argsort(depths, kind="stable")
     feature, threshold, nan_right, left, value = _node_tables(ensemble)
     roots = np.zeros(len(order), np.int64)
@@ -129,18 +131,26 @@ def _walk_tree(
 
 def treewise(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
     if ensemble.max_depth == 0:
-        return _constant(_root_values(ensemble), x, ctx)
+        return _stumps(ensemble, x, ctx)
     cols = split_columns(ensemble, x, ctx)
     g = treewise_tables(ensemble)
     column, threshold = cols.encode(g.feature, g.threshold, g.nan_right)
-    # Single-leaf trees add a constant: it starts the sum instead of a loop.
-    stumps = [ensemble.trees[t].value[0] for t in g.order if ensemble.trees[t].max_depth == 0]
-    acc = _constant(np.sum(stumps, axis=0) if stumps else np.zeros(ensemble.n_outputs), x, ctx)
+    # Single-leaf trees add a constant: it starts the sum instead of a loop (in an in-order
+    # sum they are walked in their place: their leaf loops to itself).
+    stumps = [
+        ensemble.trees[t].value[0]
+        for depth, first, count in g.groups
+        if depth == 0
+        for t in g.order[first : first + count]
+    ]
+    total = np.sum(stumps, axis=0) if stumps else np.zeros(ensemble.n_outputs)
+    dtype = ensemble.sum_dtype(ctx.dtype)
+    acc = _constant(total, x, ctx, dtype)
     tables = (
         ctx.param(column, "feature"),
         ctx.param(threshold, "threshold", dtype=cols.dtype),
         ctx.param(g.left, "left"),
-        ctx.param(g.value, "leaf_value"),
+        ctx.param(g.value, "leaf_value", dtype=dtype),
     )
     for depth, first, count in g.groups:
         if depth == 0:

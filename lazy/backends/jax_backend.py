@@ -101,7 +101,9 @@ def _forest_sum(n: Node, a: list[Any], low: Lowering) -> Any:
         return jnp.where(following == node, node, following + right.astype(node.dtype))
 
     node = lax.fori_loop(0, n.attr("depth"), step, node)
-    return jnp.sum(_take(value, node, 0), axis=1)
+    reached = _take(value, node, 0)  # (B, T, K), summed tree after tree as the op states
+    total = jnp.zeros((x.shape[0], value.shape[1]), value.dtype)
+    return lax.fori_loop(0, n.attr("trees"), lambda t, acc: acc + reached[:, t], total)
 
 
 def _couple(n: Node, a: list[Any], low: Lowering) -> Any:

@@ -157,7 +157,11 @@ def _forest_sum(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
         v = torch.gather(x, 1, feature[node])
         right = (v > threshold[node]) | (torch.isnan(v) & nan_right[node])
         node = torch.where(following == node, node, following + right.to(torch.int64))
-    return value[node].sum(dim=1)
+    reached = value[node]  # (B, T, K), summed tree after tree as the op states
+    total = torch.zeros_like(reached[:, 0])
+    for t in range(trees):
+        total = total + reached[:, t]
+    return total
 
 
 def _couple(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:

@@ -19,7 +19,6 @@ import lightgbm
 import numpy as np
 import pandas as pd
 import pytest
-import xgboost
 from sklearn import datasets
 from sklearn.compose import ColumnTransformer
 from sklearn.decomposition import KernelPCA
@@ -282,22 +281,3 @@ def test_float64_graphs_promote_nothing() -> None:
     )
     assert model.report.promoted == {}
     _parity(CASES[3], model, fitted(CASES[3])[1])
-
-
-# -- what promotion does not fix -----------------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="XGBoost sums its leaves in float32, one tree after another from the base margin, so "
-    "its answers carry that rounding; a float64 sum misses them as much as a float32 one in "
-    "another order. Matching them needs the leaves summed in XGBoost's order in float32",
-)
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_xgboost_gamma_regressor(dtype: str) -> None:
-    x, y = _diabetes()
-    est = xgboost.XGBRegressor(
-        n_estimators=500, max_depth=6, learning_rate=0.3, objective="reg:gamma"
-    ).fit(x, y)
-    options = compiler.CompileOptions(dtype=dtype, max_batch=64, warmup=False, host_rows=0)
-    model = compiler.compile(est, sample=x, options=options)
-    assert_same("predict", model.predict(x), est.predict(x))
