@@ -31,16 +31,30 @@ class ColumnMap:
     #: Every step leaves non-NaN values as they are (imputers): the column is then the raw
     #: column's value or a fill, which a float32 graph rounds as the source rounds it.
     fills_only: bool = True
+    #: The value a raw NaN becomes before any other step sees it (an imputer on the raw column),
+    #: None where a NaN reaches a step as NaN. A decision may then read the raw column with its
+    #: NaN so filled, which no NaN reaches: every later step sees that value in the source too.
+    fill: float | None = None
 
-    def then(self, step: Step, *, fill: bool = False) -> ColumnMap:
-        """This map followed by ``step`` (``fill``: a step that only replaces NaN)."""
-        return ColumnMap(self.source, (*self.steps, step), self.fills_only and fill)
+    def then(self, step: Step) -> ColumnMap:
+        """This map followed by a non-decreasing ``step`` that may change non-NaN values."""
+        return ColumnMap(self.source, (*self.steps, step), False, self.fill)
+
+    def imputed(self, value: float) -> ColumnMap:
+        """This map followed by an imputer's fill of NaN with ``value``."""
+        step = _filler(float(value))
+        fill = float(value) if not self.steps else self.fill  # a later fill never sees NaN
+        return ColumnMap(self.source, (*self.steps, step), self.fills_only, fill)
 
     def __call__(self, raw: np.ndarray) -> np.ndarray:
         v = np.asarray(raw, np.float64)
         for step in self.steps:
             v = np.asarray(step(v), np.float64)
         return v
+
+
+def _filler(value: float) -> Step:
+    return lambda v: np.where(np.isnan(v), value, v)
 
 
 @dataclass(frozen=True, eq=False)
@@ -103,10 +117,7 @@ class Features:
             return None
         fill = getattr(source, "fill", None)  # a provenance.Filled source
         raw = ColumnMap(int(source))
-        if fill is None:
-            return raw
-        value = float(fill)
-        return raw.then(lambda v: np.where(np.isnan(v), value, v), fill=True)
+        return raw if fill is None else raw.imputed(float(fill))
 
     def column_maps(self) -> tuple[ColumnMap | None, ...]:
         return tuple(self.column_map(j) for j in range(self.width))

@@ -100,16 +100,27 @@ def raw_matrix(
     features: Features, ctx: Context, columns: Sequence[int], raw: Sequence[bool]
 ) -> tuple[lz.LazyTensor, dict[int, int]]:
     """(B, k) float64 holding what decisions on ``columns`` of ``features`` read: the raw input
-    column of each ``raw`` one (by its map, once per raw column), then the others as computed;
-    and where each of ``columns`` is in it."""
+    column of each ``raw`` one (by its map, once per raw column and fill), then the others as
+    computed; and where each of ``columns`` is in it.
+
+    A raw column whose map starts with an imputer's fill (:attr:`ColumnMap.fill`) is read with
+    its NaN filled, as every later step sees it, so no NaN reaches those decisions (trees then
+    need no NaN-aware copies of their features)."""
     maps = features.column_maps()
-    sources = sorted({maps[j].source for j, r in zip(columns, raw, strict=True) if r})  # type: ignore[union-attr]
+    keys = {(maps[j].source, maps[j].fill) for j, r in zip(columns, raw, strict=True) if r}  # type: ignore[union-attr]
+    plain = sorted(s for s, fill in keys if fill is None)
+    filled = sorted((s, fill) for s, fill in keys if fill is not None)
+    order = [(s, None) for s in plain] + filled
     computed = [j for j, r in zip(columns, raw, strict=True) if not r]
-    where = {j: len(sources) + i for i, j in enumerate(computed)}
+    where = {j: len(order) + i for i, j in enumerate(computed)}
     for j, r in zip(columns, raw, strict=True):
         if r:
-            where[j] = sources.index(maps[j].source)  # type: ignore[union-attr]
-    parts = [ctx.raw_float64(sources)] if sources else []
+            where[j] = order.index((maps[j].source, maps[j].fill))  # type: ignore[union-attr]
+    parts = [ctx.raw_float64(plain)] if plain else []
+    if filled:
+        values = ctx.raw_float64([s for s, _ in filled])
+        fills = ctx.param(np.asarray([f for _, f in filled]), "raw_fill", dtype="float64")
+        parts.append(lz.where(lz.isnan(values), fills, values))
     if computed:
         parts.append(lz.cast(features.select(computed).values, "float64"))
     x = parts[0] if len(parts) == 1 else lz.concat(parts, axis=1)

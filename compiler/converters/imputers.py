@@ -119,7 +119,7 @@ def _filled_maps(features: Features, fills: np.ndarray) -> tuple[ColumnMap | Non
     if not features.maps:
         return ()
     return tuple(
-        None if m is None else m.then(lambda v, f=float(f): np.where(np.isnan(v), f, v), fill=True)
+        None if m is None else m.imputed(f)
         for m, f in zip(features.maps, fills.tolist(), strict=True)
     )
 
