@@ -65,6 +65,11 @@ def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None 
     program = builder.build(outputs)
     # A converter may vouch that the source accepts NaN where probing cannot ask it
     # (xgboost.Booster predicts only on a DMatrix).
+    read = program.columns_read("x")
+    if read is not None:
+        ctx.schema.unread = (
+            frozenset(range(len(ctx.schema.columns))) - read - ctx.schema.vocabularies.keys()
+        )
     if not heads.extra.get("accepts_nan"):
         ctx.schema.rejects_nan = _columns_rejecting_nan(estimator, ctx.schema, sample)
     report = ctx.report
@@ -121,7 +126,9 @@ def _columns_rejecting_nan(estimator: Any, schema: InputSchema, sample: Any) -> 
         return frozenset()
     method = next(m for m in ("predict", "transform", "score_samples") if hasattr(estimator, m))
     run = getattr(estimator, method)
-    numeric = [j for j in range(len(schema.columns)) if j not in schema.vocabularies]
+    numeric = [
+        j for j in range(len(schema.columns)) if j not in schema.vocabularies.keys() | schema.unread
+    ]
 
     def rejects(columns: list[int]) -> bool:
         row = probe.copy()

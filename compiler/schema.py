@@ -246,6 +246,9 @@ class InputSchema:
     #: so; its predict reads a frame by position): a client's ``sepal length (cm)`` is then the
     #: column ``sepal_length_(cm)``.
     spaces_as_underscores: bool = False
+    #: Columns the compiled model never reads (a ColumnTransformer drops them): rows must still
+    #: have them, as the source's do, but their values are not parsed (a dropped text column).
+    unread: frozenset[int] = frozenset()
 
     @property
     def names(self) -> list[str]:
@@ -320,6 +323,8 @@ class InputSchema:
                     else:
                         feed[self.code_input(j)] = vocab._encode_groups(col.name, groups)
                     x[:, j] = _to_float(values, col.name, strict=False, groups=groups)
+                elif j in self.unread:
+                    x[:, j] = np.nan
                 else:
                     x[:, j] = _to_float(values, col.name, strict=True)
         if check_nan:

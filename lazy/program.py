@@ -61,6 +61,47 @@ class Program(Signature):
     def host_steps(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.stages if isinstance(s, HostStage))
 
+    def columns_read(self, name: str) -> frozenset[int] | None:
+        """The columns (axis 1) of input ``name`` that some value of the program depends on,
+        where every use of the input picks columns by a static slice or constant indices; None
+        where any other use may read them all (a host step, an elementwise op, a loop)."""
+        if any(env == name for _, env in self.outputs):
+            return None
+        read: set[int] = set()
+        for stage in self.stages:
+            if isinstance(stage, HostStage):
+                if name in stage.inputs:
+                    return None
+                continue
+            graph = stage.graph
+            for node in graph.order:
+                for operand in node.inputs:
+                    if operand.op is not Op.INPUT or operand.attr("name") != name:
+                        continue
+                    picked = _picked_columns(node, operand)
+                    if picked is None:
+                        return None
+                    read.update(picked)
+            if any(n.op is Op.INPUT and n.attr("name") == name for n in graph.output_nodes):
+                return None
+        return frozenset(read)
+
+
+def _picked_columns(node: Node, operand: Node) -> range | list[int] | None:
+    """The columns of ``operand`` (B, F) that ``node`` reads, if it picks them statically."""
+    if node.op not in (Op.SLICE, Op.TAKE) or len(operand.shape) != 2:
+        return None
+    if node.inputs[0] is not operand or node.attr("axis") != 1:
+        return None
+    width = int(operand.shape[1])
+    if node.op is Op.SLICE:
+        return range(
+            *slice(node.attr("start"), node.attr("stop"), node.attr("step")).indices(width)
+        )
+    if node.op is Op.TAKE and node.inputs[1].op is Op.CONST:
+        return [int(i) % width for i in np.asarray(node.inputs[1].attr("value").array).ravel()]
+    return None
+
 
 @dataclass(frozen=True)
 class _HostCall:

@@ -255,3 +255,33 @@ def test_a_stateless_step_without_a_width_asks_for_a_fit_or_a_sample(data) -> No
     for est, sample in ((Binarizer(threshold=0.5), x[:3]), (Binarizer().fit(x), None)):
         got = compiler.compile(est, sample=sample, options=options).transform(x)
         np.testing.assert_array_equal(got, est.transform(x))
+
+
+@pytest.mark.parametrize("with_sample", [False, True])
+def test_a_column_the_pipeline_drops_is_required_but_never_parsed(with_sample: bool) -> None:
+    """A ColumnTransformer dropping an id or free-text column: rows carry it, as for the
+    source, and its values (not numbers) are not parsed."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.preprocessing import OneHotEncoder
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(
+        {
+            "name": [f"customer {i}" for i in range(300)],
+            "age": rng.integers(18, 80, 300).astype(float),
+            "plan": rng.choice(["basic", "pro"], 300),
+            "spend": np.round(rng.lognormal(3, 1, 300), 2),
+        }
+    )
+    y = (frame.age > 40).astype(int)
+    columns = ColumnTransformer(
+        [("numbers", StandardScaler(), ["age", "spend"]), ("plan", OneHotEncoder(), ["plan"])]
+    )
+    model = make_pipeline(columns, LogisticRegression()).fit(frame, y)
+    compiled = compiler.compile(model, sample=frame.head(20) if with_sample else None)
+    assert compiled.traced.schema.unread == frozenset({0})
+    np.testing.assert_allclose(compiled.predict_proba(frame), model.predict_proba(frame), atol=1e-6)
+    row = {"name": "Ada Lovelace", "age": 36.0, "plan": "pro", "spend": 12.5}
+    assert compiled.predict([row]).tolist() == model.predict(pd.DataFrame([row])).tolist()
+    with pytest.raises(compiler.SchemaError, match="name"):
+        compiled.predict([{k: v for k, v in row.items() if k != "name"}])

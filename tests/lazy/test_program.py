@@ -261,3 +261,44 @@ def test_a_trace_with_host_steps_is_not_a_graph() -> None:
     (h,) = b.host(lookup, [x], [((2,), "float32")], name="lookup")
     with pytest.raises(lz.GraphError, match="build"):
         b.graph({"h": h})
+
+
+# -- which input columns a program reads --------------------------------------------------------
+def _picking(pick: Callable[[lz.LazyTensor], lz.LazyTensor]) -> lz.Program:
+    b = lz.Builder()
+    x = b.input("x", (6,))
+    return b.build({"y": pick(x)})
+
+
+def test_columns_read_through_static_slices_and_constant_gathers() -> None:
+    program = _picking(
+        lambda x: lz.concat(
+            [
+                lz.slice_axis(x, 1, 1, 3),
+                lz.take(x, lz.const(np.asarray([5, -1], np.int32)), axis=1),
+            ],
+            axis=1,
+        )
+    )
+    assert program.columns_read("x") == frozenset({1, 2, 5})
+
+
+@pytest.mark.parametrize(
+    "pick",
+    [
+        lambda x: x * 2.0,  # every column
+        lambda x: lz.sum(x, axis=1),
+        lambda x: x,  # the input itself is an output
+    ],
+    ids=["elementwise", "reduction", "identity"],
+)
+def test_any_other_use_reads_every_column(pick: Callable[[lz.LazyTensor], lz.LazyTensor]) -> None:
+    assert _picking(pick).columns_read("x") is None
+
+
+def test_a_host_step_on_the_input_reads_every_column() -> None:
+    b = lz.Builder()
+    x = b.input("x", (3,))
+    (out,) = b.host(lambda v: v.copy(), [x], [((3,), "float32")], "copy")
+    program = b.build({"y": lz.slice_axis(out, 1, 0, 1)})
+    assert program.columns_read("x") is None
