@@ -10,7 +10,12 @@ on the trees' own thresholds (``_probe_rows``), and the largest probability diff
 The baseline is a git revision, checked out into a temporary worktree (``--baseline``, default
 ``HEAD``: the last commit, against the working tree). Prints a table; never asserts.
 
+``--lowering``: ``auto`` times what warm-up places (host kernels or XLA per bucket, by timing, so
+two runs of one checkout may differ); ``xla`` and ``host`` pin every bucket to one, so that the
+two checkouts are compared like for like.
+
 Usage: python bench/exactness.py [--baseline REV] [--batches 1,10000] [--rounds R] [--workers W]
+       [--lowering auto|xla|host]
 """
 
 from __future__ import annotations
@@ -118,7 +123,15 @@ def _probe_rows(frame: Any, n: int) -> Any:
     return pd.concat([rows, up, down], ignore_index=True)
 
 
-def worker(name: str, batches: list[int], rounds: int) -> dict[str, Any]:
+#: CompileOptions per ``--lowering``.
+LOWERINGS: dict[str, dict[str, Any]] = {
+    "auto": {},
+    "xla": {"host_rows": 0},
+    "host": {"backend": "numpy"},
+}
+
+
+def worker(name: str, batches: list[int], rounds: int, lowering: str = "auto") -> dict[str, Any]:
     """Runs inside a checkout: fit, compile, check and time one pipeline."""
     import numpy as np
 
@@ -126,7 +139,8 @@ def worker(name: str, batches: list[int], rounds: int) -> dict[str, Any]:
 
     model, frame = _fit(name)
     t0 = time.perf_counter()
-    compiled = compiler.compile(model, options=compiler.CompileOptions(max_batch=1024))
+    options = compiler.CompileOptions(max_batch=1024, **LOWERINGS[lowering])
+    compiled = compiler.compile(model, options=options)
     compile_s = time.perf_counter() - t0
     probe = _probe_rows(frame, 5000)
     labels = int(np.sum(compiled.predict(probe) != model.predict(probe)))
@@ -145,11 +159,13 @@ def worker(name: str, batches: list[int], rounds: int) -> dict[str, Any]:
     return {"labels": labels, "max_dp": dp, "compile_s": compile_s, "times": times}
 
 
-def _run(checkout: Path, name: str, batches: list[int], rounds: int) -> dict[str, Any]:
+def _run(
+    checkout: Path, name: str, batches: list[int], rounds: int, lowering: str
+) -> dict[str, Any]:
     env = {**os.environ, **ONE_THREAD, "PYTHONPATH": str(checkout)}
     code = (
         f"import sys, json; sys.path.insert(0, {str(ROOT / 'bench')!r}); import exactness; "
-        f"print(json.dumps(exactness.worker({name!r}, {batches!r}, {rounds})))"
+        f"print(json.dumps(exactness.worker({name!r}, {batches!r}, {rounds}, {lowering!r})))"
     )
     done = subprocess.run(
         ["taskset", "-c", "0", sys.executable, "-c", code],
@@ -170,6 +186,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30, help="timed calls per worker")
     parser.add_argument("--workers", type=int, default=2, help="workers per checkout")
     parser.add_argument("--pipelines", default=",".join(PIPELINES))
+    parser.add_argument("--lowering", default="auto", choices=sorted(LOWERINGS))
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
@@ -185,7 +202,8 @@ def main() -> None:
                 results: dict[str, list[dict[str, Any]]] = {"baseline": [], "exact": []}
                 for _ in range(args.workers):
                     for label, checkout in (("baseline", base), ("exact", ROOT)):
-                        results[label].append(_run(checkout, name, batches, args.rounds))
+                        run = _run(checkout, name, batches, args.rounds, args.lowering)
+                        results[label].append(run)
                 rows.append((name, results))
                 _print_row(name, results, batches)
         finally:

@@ -23,6 +23,7 @@ from .rules import (
     IDENTITY_CAST,
     RESHAPE_CHAIN,
     RESHAPE_ROUND_TRIP,
+    SLICE_OF_CONCAT,
 )
 
 
@@ -80,6 +81,7 @@ __all__ = [
     "IDENTITY_CAST",
     "RESHAPE_CHAIN",
     "RESHAPE_ROUND_TRIP",
+    "SLICE_OF_CONCAT",
     "VARIANT_OPERANDS",
     "Pattern",
     "Rule",

@@ -188,8 +188,47 @@ RESHAPE_ROUND_TRIP = Rule(
     _reshape_round_trip,
 )
 
+# --- slices ---------------------------------------------------------------------------------------
+
+
+def _slice_of_concat(b: dict[str, Node], ctx: RewriteContext) -> Node | None:
+    piece, joined = b["slice"], b["concat"]
+    axis = piece.attr("axis") % len(piece.shape)
+    if joined.attr("axis") % len(joined.shape) != axis or piece.attr("step") != 1:
+        return None
+    widths = [part.shape[axis] for part in joined.inputs]
+    if not all(isinstance(w, int) for w in widths):
+        return None
+    start, stop, _ = slice(piece.attr("start"), piece.attr("stop")).indices(sum(widths))
+    parts, offset = [], 0
+    for part, width in zip(joined.inputs, widths, strict=True):
+        lo, hi = max(start, offset), min(stop, offset + width)
+        if lo < hi:
+            whole = (lo, hi) == (offset, offset + width)
+            parts.append(
+                part
+                if whole
+                else Node.make(
+                    Op.SLICE, [part], axis=axis, start=lo - offset, stop=hi - offset, step=1
+                )
+            )
+        offset += width
+    if not parts or len(parts) == len(joined.inputs):
+        return None  # an empty slice, or one touching every part: nothing is left out
+    return parts[0] if len(parts) == 1 else Node.make(Op.CONCAT, parts, axis=axis)
+
+
+#: A slice of a concatenation along the same axis reads only the parts it covers, so the others
+#: can be pruned: a tree that reads raw columns and a ColumnTransformer's one-hot block no longer
+#: computes the scaled block it skipped (XLA simplifies this itself; the host plan does not).
+SLICE_OF_CONCAT = Rule(
+    "slice-of-concat",
+    Pattern(Op.SLICE, (Pattern(Op.CONCAT, bind="concat"),), bind="slice"),
+    _slice_of_concat,
+)
+
 #: The default pipeline: simplify casts, fold parameter-only subgraphs, fold affine maps and
-#: bias chains, drop reshape round trips.
+#: bias chains, drop reshape round trips and the parts of concatenations no slice reads.
 DEFAULT_RULES: tuple[Rule, ...] = (
     IDENTITY_CAST,
     CAST_CHAIN,
@@ -198,4 +237,5 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     BIAS_CHAIN,
     RESHAPE_CHAIN,
     RESHAPE_ROUND_TRIP,
+    SLICE_OF_CONCAT,
 )

@@ -26,6 +26,7 @@ from lazy.passes import (
     IDENTITY_CAST,
     RESHAPE_CHAIN,
     RESHAPE_ROUND_TRIP,
+    SLICE_OF_CONCAT,
     inline_params,
     optimize,
     prune,
@@ -439,6 +440,50 @@ def test_reshape_chain_is_one_reshape_or_none() -> None:
     t = after.outputs[0][1]
     assert t.op is Op.RESHAPE and t.inputs[0] is x.node and t.shape == (lz.B, 3, 2)
     assert_same_outputs(before, after, {"x": rows(5, 6).reshape(5, 2, 3)})
+
+
+def _blocks() -> tuple[lz.Builder, lz.LazyTensor, lz.LazyTensor, lz.LazyTensor]:
+    """A (B, 2) scaled block, a (B, 3) raw block and a (B, 1) flag block side by side."""
+    b = lz.Builder()
+    x = b.input("x", (4,))
+    scaled = (lz.slice_axis(x, 1, 0, 2) - 1.5) / 2.0
+    raw = lz.slice_axis(x, 1, 1, 4)
+    flag = lz.cast(lz.slice_axis(x, 1, 0, 1) > 0.0, "float32")
+    return b, lz.concat([scaled, raw, flag], axis=1), scaled, raw
+
+
+def test_slice_of_concat_reads_only_the_parts_it_covers() -> None:
+    b, joined, _, raw = _blocks()
+    before = b.graph(
+        {
+            "raw": lz.slice_axis(joined, 1, 2, 5),  # exactly the raw block
+            "inner": lz.slice_axis(joined, 1, 3, 4),  # inside it
+            "across": lz.slice_axis(joined, -1, 4, 6),  # raw's last column and the flag
+        }
+    )
+
+    after, fired = rewrite(before, [SLICE_OF_CONCAT])
+
+    assert fired == {"slice-of-concat": 3}
+    outputs = dict(after.outputs)
+    assert outputs["raw"] is raw.node
+    assert outputs["inner"].op is Op.SLICE and outputs["inner"].inputs[0] is raw.node
+    assert outputs["across"].op is Op.CONCAT and len(outputs["across"].inputs) == 2
+    assert Op.DIV not in op_counts(prune(after, ["raw", "inner", "across"]))  # scaled is dead
+    assert_same_outputs(before, after, {"x": rows(5, 4)})
+
+
+def test_slice_of_concat_leaves_slices_of_every_part_and_strided_slices() -> None:
+    b, joined, _, _ = _blocks()
+    before = b.graph(
+        {
+            "all": lz.slice_axis(joined, 1, 1, 6),
+            "strided": lz.slice_axis(joined, 1, 2, 5, 2),
+        }
+    )
+    after, fired = rewrite(before, [SLICE_OF_CONCAT])
+    assert fired == {}
+    assert_same_outputs(before, after, {"x": rows(5, 4)})
 
 
 def test_reshape_round_trip_runs_the_elementwise_op_in_place() -> None:
