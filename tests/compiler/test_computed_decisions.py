@@ -95,7 +95,8 @@ def _projected(head: Any) -> Any:
 
 
 def _compiled(model: Any, promote: bool = True) -> compiler.CompiledModel:
-    return compiler.compile(model, options=compiler.CompileOptions(max_batch=256, promote=promote))
+    options = compiler.CompileOptions(max_batch=256, promote=promote, warmup=False)
+    return compiler.compile(model, options=options)
 
 
 def _mismatches(compiled: compiler.CompiledModel, model: Any, x: np.ndarray) -> int:
