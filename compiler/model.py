@@ -63,13 +63,13 @@ def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None 
     methods = _methods(estimator, heads, options)
     outputs = {m: heads.outputs[m] for m in methods}
     program = builder.build(outputs)
-    # A converter may vouch that the source accepts NaN where probing cannot ask it
-    # (xgboost.Booster predicts only on a DMatrix).
     read = program.columns_read("x")
     if read is not None:
         ctx.schema.unread = (
             frozenset(range(len(ctx.schema.columns))) - read - ctx.schema.vocabularies.keys()
         )
+    # A converter may vouch that the source accepts NaN where probing cannot ask it
+    # (xgboost.Booster predicts only on a DMatrix).
     if not heads.extra.get("accepts_nan"):
         ctx.schema.rejects_nan = _columns_rejecting_nan(estimator, ctx.schema, sample)
     report = ctx.report

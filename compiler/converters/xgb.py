@@ -142,8 +142,9 @@ def _trees(model: dict[str, Any], k: int, rounds: int | None, width: int) -> _Pa
 
 def _decision_columns(
     features: Features, parsed: _Parsed, categories: dict[int, tuple[Any, ...]], ctx: Context
-) -> lz.LazyTensor:
-    """The inputs with the membership columns of the categorical splits appended."""
+) -> tuple[lz.LazyTensor, list[int]]:
+    """The inputs with the membership columns of the categorical splits appended, and the input
+    feature each membership column tests."""
     by_feature: dict[int, list[tuple[int, ...]]] = {}
     for f, cats in parsed.categorical:
         by_feature.setdefault(f, []).append(cats)
@@ -155,7 +156,8 @@ def _decision_columns(
     # so their category values are accepted (and unknown ones refused) like the others'.
     for f in sorted(categories.keys() - by_feature.keys()):
         ctx.codes(features, f, vocabulary(categories[f]))
-    return lz.concat(parts, axis=1) if len(parts) > 1 else features.values
+    tested = [f for f, sets in by_feature.items() for _ in sets]
+    return (lz.concat(parts, axis=1) if len(parts) > 1 else features.values), tested
 
 
 def _learner(booster: Any) -> dict[str, Any]:
@@ -190,7 +192,7 @@ def _booster_output(
             f"the XGBoost model has categorical feature {max(categories)} but reads only "
             f"{features.width} columns"
         )
-    x = _decision_columns(features, parsed, categories, ctx)
+    x, read = _decision_columns(features, parsed, categories, ctx)
     # XGBoost adds each tree's leaf to its float32 prediction in turn, from the base margin: a
     # first single-leaf tree per output, then the trees, summed in order in float32.
     base = float32_from_text(str(param["base_score"]).strip("[]").split(","))
@@ -200,10 +202,6 @@ def _booster_output(
     )
     # The input columns keep their maps (computed features fold onto raw float64 columns); the
     # membership columns are read as computed, as exactly as the input column each one tests.
-    by_feature: dict[int, int] = {}
-    for f, _ in parsed.categorical:
-        by_feature[f] = by_feature.get(f, 0) + 1
-    read = [f for f, n in by_feature.items() for _ in range(n)]
     exact = (features.exact or (False,) * features.width) + tuple(
         features.decided_exactly(f) for f in read
     )

@@ -1,8 +1,9 @@
 """XGBoost's leaf sums, bit for bit: float32, one tree after another from the base margin.
 
 XGBoost adds each tree's leaf to a float32 prediction in turn. Any other order, or a float64 sum,
-misses its answers by that rounding (relative 5e-5 on a 500-tree gamma regressor), where ``exp``
-turns the margin's absolute error into the prediction's relative one. An ``in_order`` ensemble
+misses its answers by that rounding, beyond the tolerance for a many-tree gamma regressor, where
+``exp`` turns the margin's absolute error into the prediction's relative one
+(docs/exactness.md). An ``in_order`` ensemble
 sums the same way on every strategy, on the host kernels and in XLA, in float32 and float64
 graphs alike (the reference interpreter, which computes every float in float64, excepted).
 """
@@ -64,7 +65,7 @@ def test_exponential_objectives_meet_the_tolerance(objective: str, dtype: str) -
     options = compiler.CompileOptions(dtype=dtype, max_batch=64, warmup=False)
     model = compiler.compile(est, sample=x, options=options)
     expected = est.predict(x)
-    # Only exp's own float32 rounding is left (a float64 sum missed by 5e-5).
+    # Only exp's own float32 rounding is left.
     np.testing.assert_allclose(model.predict(x), expected, rtol=3e-7, atol=0)
 
 
