@@ -63,9 +63,13 @@ def segment(
 ) -> dict[str, str]:
     """Path → why, for every step of the float64 segment of ``requests`` (``outputs``: each
     step's output nodes in the trace that made the requests)."""
+    requests = list(requests)
     why: dict[str, str] = {}
+    for request in requests:  # a step's own reasons first, each once
+        reasons = why.setdefault(request.path, request.reason)
+        if request.reason not in reasons.split("; "):
+            why[request.path] = f"{reasons}; {request.reason}"
     for request in requests:
-        why.setdefault(request.path, request.reason)
         if not request.inputs:
             continue
         feeding = _ancestors(request.features)

@@ -41,7 +41,7 @@ from ..precision import Precision
 from ..registry import register
 from ..schema import Vocabulary
 from ..trees import Ensemble, leaf_sum_on
-from ..trees.folding import FLOAT64_SPLITS
+from ..trees.folding import FLOAT64_SPLITS, record_thresholds
 from ._gbdt import TreeBuilder
 
 #: LightGBM's kZeroThreshold: a float literal (1e-35f) held in a double.
@@ -298,13 +298,16 @@ def _raw_scores(booster: Any, features: Features, ctx: Context) -> tuple[lz.Lazy
     maps = features.column_maps()
     if parsed.rounds_zero:
         maps = tuple(None if m is None else m.then(_zero_band) for m in maps)
-    # A derived column is decided as exactly as the input column it copies or tests (the
-    # zero-as-missing copies and category tests compare the graph's values of the input).
+    # The zero-as-missing copies and category tests are computed from the graph's values of
+    # the input column (no map folds them): exact only where those values are, else the splits
+    # on them ask for float64 inputs (``exact_splits``), as LightGBM reads doubles.
     read = [f for f in parsed.zero] + [f for f, _ in parsed.categories]
-    exact = (features.exact or (False,) * features.width) + tuple(
-        features.decided_exactly(f) for f in read
-    )
+    given = features.exact or (False,) * features.width
+    exact = given + tuple(given[f] for f in read)
     decision = Features(x, (None,) * int(x.shape[1]), maps + (None,) * len(read), exact=exact)
+    # A zero-as-missing copy of a raw column decides where that column does (the gate's probes).
+    copies = [features.sources[f] for f in parsed.zero]
+    record_thresholds(parsed.ensemble, [None] * features.width + copies, ctx)
     return leaf_sum_on(parsed.ensemble, decision, ctx), objective
 
 

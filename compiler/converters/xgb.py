@@ -200,10 +200,13 @@ def _booster_output(
     ensemble = Ensemble(
         (*_base_margin(margin), *parsed.trees), int(x.shape[1]), float32_inputs=True, in_order=True
     )
-    # The input columns keep their maps (computed features fold onto raw float64 columns); the
-    # membership columns are read as computed, as exactly as the input column each one tests.
-    exact = (features.exact or (False,) * features.width) + tuple(
-        features.decided_exactly(f) for f in read
+    # The input columns keep their maps (computed features fold onto raw float64 columns). A
+    # membership column tests float32 of its input as XGBoost stores it, or a category code:
+    # exact for codes, exact values and raw columns (the host's float32 rounding is XGBoost's),
+    # but not for a column the graph computes (a scaler's output).
+    given = features.exact or (False,) * features.width
+    exact = given + tuple(
+        given[f] or features.sources[f] is not None or f in categories for f in read
     )
     decision = Features(
         x,

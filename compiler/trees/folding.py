@@ -19,6 +19,7 @@ category codes), else computed in float64 by the steps feeding it
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -81,7 +82,7 @@ def exact_splits(
         as_read[f] = None
     computed_as_source(features, sorted(read - categorical), ctx)
     if not any(mapped[f] for f in read):
-        _record_thresholds(ensemble, as_read, ctx)
+        record_thresholds(ensemble, as_read, ctx)
         return ensemble, features.values
     # The new matrix: the raw float64 columns the maps read, then the other columns read as
     # computed (in float64, the precision every split now compares in).
@@ -94,7 +95,7 @@ def exact_splits(
     for f in order:
         if mapped[f]:
             raw[column[f]] = maps[f].source  # type: ignore[union-attr]
-    _record_thresholds(result, raw, ctx)
+    record_thresholds(result, raw, ctx)
     ctx.note(
         f"splits exact in float64 on {sum(r is not None for r in raw)} raw columns"
         + (f" ({folded} computed features folded into thresholds)" if folded else "")
@@ -102,7 +103,7 @@ def exact_splits(
     return result, x
 
 
-def _record_thresholds(ensemble: Ensemble, raw: list[int | None], ctx: Context) -> None:
+def record_thresholds(ensemble: Ensemble, raw: Sequence[int | None], ctx: Context) -> None:
     """Record the thresholds of splits on raw input columns (``raw[f]``: the column feature
     ``f`` reads, None where it is computed) as the points where the ensemble decides."""
     for f, column in enumerate(raw):

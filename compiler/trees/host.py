@@ -32,11 +32,14 @@ def host_leaf_sum(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.Lazy
     dtype = compare_dtype(ensemble, x, ctx)
     x = x if x.dtype == dtype else lz.cast(x, dtype)
     g = _linked(ensemble)
+    # Where no NaN reaches the splits (imputed or encoded features), every missing direction is
+    # as good as "left": the batch kernel then compares one copy of each feature, not two.
+    nan_right = g.nan_right if ctx.may_be_nan(x) else np.zeros_like(g.nan_right)
     return lz.forest_sum(
         x,
         ctx.param(g.feature, "host_feature"),
         ctx.param(thresholds_in(dtype, g.threshold), "host_threshold", dtype=dtype),
-        ctx.param(g.nan_right, "host_nan_right", dtype="bool"),
+        ctx.param(nan_right, "host_nan_right", dtype="bool"),
         ctx.param(g.left, "host_left"),
         # FOREST_SUM adds the trees in order, in the values' dtype.
         ctx.param(np.asarray(g.value), "host_leaf_value", dtype=ensemble.sum_dtype(ctx.dtype)),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import lightgbm as lgb
 import numpy as np
 import pandas as pd
 import pytest
@@ -193,3 +194,46 @@ def test_a_binarizer_decides_on_the_raw_float64_value() -> None:
     compiled = compiler.compile(model)
     np.testing.assert_array_equal(compiled.transform(rows), model.transform(rows))
     assert compiled.report.promoted == {}
+
+
+def _zero_as_missing() -> tuple[Any, np.ndarray]:
+    """A LightGBM regressor reading its columns as missing where they are 0, and rows with a
+    float64 value just below, on and just above every split threshold."""
+    rng = np.random.default_rng(0)
+    x = np.column_stack(
+        [
+            np.round(rng.normal(size=ROWS), 3),
+            rng.integers(0, 4, ROWS),
+            np.round(rng.normal(size=ROWS), 2),
+        ]
+    ).astype(np.float64)
+    x[rng.random(ROWS) < 0.2, 0] = 0.0
+    x[rng.random(ROWS) < 0.1, 2] = np.nan
+    y = 2 * x[:, 0] + x[:, 1] + np.nan_to_num(x[:, 2])
+    model = lgb.LGBMRegressor(
+        n_estimators=30, zero_as_missing=True, min_child_samples=5, verbose=-1
+    ).fit(x, y)
+    trees = model.booster_.trees_to_dataframe()
+    splits = trees[trees.split_feature.notna()]
+    rows = []
+    for name, threshold in zip(splits.split_feature, splits.threshold, strict=True):
+        for value in (np.nextafter(threshold, -np.inf), threshold, np.nextafter(threshold, np.inf)):
+            row = x[:3].copy()
+            row[:, int(name.removeprefix("Column_"))] = value
+            rows.append(row)
+    return model, np.concatenate(rows)
+
+
+def test_zero_as_missing_copies_decide_on_the_float64_value() -> None:
+    """LightGBM compares doubles; its zero-as-missing copies of a column are computed in the
+    graph, so they read the float64 input (a float32 copy sends rows near a threshold the other
+    way), and their thresholds are decision points of the raw column for the gate."""
+    model, rows = _zero_as_missing()
+    compiled = _compiled(model)
+    np.testing.assert_array_equal(compiled.predict(rows), model.predict(rows))
+    assert "computed features" in compiled.report.promoted["model"]
+    decided = {(p.column, v) for p in compiled.decisions for v in p.values.tolist()}
+    trees = model.booster_.trees_to_dataframe()
+    splits = trees[trees.split_feature.notna()]
+    for name, threshold in zip(splits.split_feature, splits.threshold, strict=True):
+        assert (int(name.removeprefix("Column_")), float(threshold)) in decided

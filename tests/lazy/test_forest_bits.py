@@ -19,7 +19,13 @@ VALUES = np.array([-np.inf, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, np.inf, np.nan])
 
 
 def perfect_tables(
-    rng: np.random.Generator, trees: int, depth: int, k: int, dtype: str, extra: int = 0
+    rng: np.random.Generator,
+    trees: int,
+    depth: int,
+    k: int,
+    dtype: str,
+    extra: int = 0,
+    thresholds: np.ndarray = THRESHOLDS,
 ) -> tuple[np.ndarray, ...]:
     """Level-major tables of ``trees`` perfect trees of ``depth`` (2**depth leaves each), the
     first tree with ``extra`` more leaves (its first leaves split once more)."""
@@ -27,7 +33,7 @@ def perfect_tables(
     n = len(left)
     return (
         rng.integers(0, 5, n),
-        rng.choice(THRESHOLDS, n).astype(dtype),
+        rng.choice(thresholds, n).astype(dtype),
         rng.random(n) < 0.5,
         left,
         rng.integers(-50, 50, (n, k)).astype(dtype),  # exact sums: equal means same leaves
@@ -50,6 +56,31 @@ def test_every_edge_sums_as_the_walk(dtype: str, depth: int, extra: int, words: 
     got = forest_bits.evaluate(x, bits)
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("depth", [3, 6, 9])
+def test_float64_splits_decide_values_one_float64_step_apart(depth: int) -> None:
+    """float64 tables compare in float64: exact where float32 compares could not tell the
+    values apart (cuts a float64 step apart, rows on and beside them), with cuts reached both
+    by the bit-vector tops and by the walk below them."""
+    rng = np.random.default_rng(depth)
+    base = np.array([0.1, 1 / 3, -2.5, 1e6 + 0.1, 0.0])
+    close = np.concatenate([base, np.nextafter(base, np.inf), np.nextafter(base, -np.inf)])
+    cuts = np.concatenate([close, [-np.inf, np.inf, np.nan]])
+    tables = perfect_tables(rng, 8, depth, 2, "float64", thresholds=cuts)
+    bits = forest_bits.build(5, *tables, trees=8, depth=depth + 1)
+    assert bits is not None
+    around = np.concatenate([close, np.nextafter(close, np.inf), np.nextafter(close, -np.inf)])
+    values = np.concatenate([around, [-np.inf, np.inf, np.nan, -0.0]])
+    x = rng.choice(values, (2 * forest_bits.BLOCK_ROWS + 5, 5))
+    want = forest.reference(x, *tables, trees=8, depth=depth + 1)
+    np.testing.assert_array_equal(forest_bits.evaluate(x, bits), want)
+    assert not np.array_equal(
+        forest.reference(
+            x.astype(np.float32).astype(np.float64), *tables, trees=8, depth=depth + 1
+        ),
+        want,
+    )  # what float32 values would have decided
 
 
 @pytest.mark.parametrize("cut", [1, 2, 4])
