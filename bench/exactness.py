@@ -1,11 +1,12 @@
 """What exact decisions cost: this checkout's compiled pipelines against a baseline revision's.
 
 Each pipeline is fitted on the same mixed frame (integer, binary and rounded continuous columns
-with NaN, a string column), compiled by both checkouts, and timed on ``predict_proba`` at the
-given batch sizes, one thread, in worker processes that alternate between the two checkouts
-(round-robin, so drift on a shared machine hits both alike); cells are the best of the workers'
-medians. Each worker also reports how many labels differ from scikit-learn's on probe rows built
-on the trees' own thresholds (``_probe_rows``), and the largest probability difference.
+with NaN, a string column) and compiled by both checkouts, each in a long-lived worker process
+on the same core, one thread. The two are timed on ``predict_proba`` in alternating rounds of a
+few calls, the order switched every round, so that a shared machine's drift hits both alike;
+the ratio is the median of the per-round ratios, and its range over the rounds is printed
+beside it. Each worker also reports how many labels differ from scikit-learn's on probe rows
+(``_probe_rows``), and the largest probability difference.
 
 The baseline is a git revision, checked out into a temporary worktree (``--baseline``, default
 ``HEAD``: the last commit, against the working tree). Prints a table; never asserts.
@@ -14,8 +15,8 @@ The baseline is a git revision, checked out into a temporary worktree (``--basel
 two runs of one checkout may differ); ``xla`` and ``host`` pin every bucket to one, so that the
 two checkouts are compared like for like.
 
-Usage: python bench/exactness.py [--baseline REV] [--batches 1,10000] [--rounds R] [--workers W]
-       [--lowering auto|xla|host]
+Usage: python bench/exactness.py [--baseline REV] [--batches 1,10000] [--rounds R]
+       [--lowering auto|xla|host] [--pipelines a,b]
 """
 
 from __future__ import annotations
@@ -131,8 +132,9 @@ LOWERINGS: dict[str, dict[str, Any]] = {
 }
 
 
-def worker(name: str, batches: list[int], rounds: int, lowering: str = "auto") -> dict[str, Any]:
-    """Runs inside a checkout: fit, compile, check and time one pipeline."""
+def serve(name: str, batches: list[int], lowering: str = "auto") -> None:
+    """Runs inside a checkout: fit, compile and check one pipeline, print that as a JSON line,
+    then answer each ``<batch> <calls>`` line on stdin with the seconds of each call (JSON)."""
     import numpy as np
 
     import compiler
@@ -145,46 +147,98 @@ def worker(name: str, batches: list[int], rounds: int, lowering: str = "auto") -
     probe = _probe_rows(frame, 5000)
     labels = int(np.sum(compiled.predict(probe) != model.predict(probe)))
     dp = float(np.max(np.abs(compiled.predict_proba(probe) - model.predict_proba(probe))))
-    times = {}
+    feeds = {}
     for batch in batches:
         rows = frame.sample(batch, replace=True, random_state=2).reset_index(drop=True)
-        feed = rows if batch > 1 else rows.iloc[:1]
-        compiled.predict_proba(feed)
+        feeds[batch] = rows if batch > 1 else rows.iloc[:1]
+        compiled.predict_proba(feeds[batch])
+    print(json.dumps({"labels": labels, "max_dp": dp, "compile_s": compile_s}), flush=True)
+    for line in sys.stdin:
+        batch, calls = map(int, line.split())
         samples = []
-        for _ in range(rounds):
+        for _ in range(calls):
             t = time.perf_counter()
-            compiled.predict_proba(feed)
+            compiled.predict_proba(feeds[batch])
             samples.append(time.perf_counter() - t)
-        times[str(batch)] = statistics.median(samples)
-    return {"labels": labels, "max_dp": dp, "compile_s": compile_s, "times": times}
+        print(json.dumps(samples), flush=True)
 
 
-def _run(
-    checkout: Path, name: str, batches: list[int], rounds: int, lowering: str
+class _Worker:
+    """One checkout's :func:`serve` in a process on core 0 (both checkouts share it)."""
+
+    def __init__(self, checkout: Path, name: str, batches: list[int], lowering: str) -> None:
+        env = {**os.environ, **ONE_THREAD, "PYTHONPATH": str(checkout)}
+        code = (
+            f"import sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); import exactness; "
+            f"exactness.serve({name!r}, {batches!r}, {lowering!r})"
+        )
+        self.process = subprocess.Popen(
+            ["taskset", "-c", "0", sys.executable, "-c", code],
+            cwd=checkout,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.checked = self._answer()
+
+    def _answer(self) -> Any:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"worker exited with {self.process.wait()}")
+        return json.loads(line)
+
+    def time(self, batch: int, calls: int) -> list[float]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(f"{batch} {calls}\n")
+        self.process.stdin.flush()
+        return list(self._answer())
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        self.process.wait()
+
+
+def _paired(
+    checkouts: dict[str, Path], name: str, batches: list[int], rounds: int, lowering: str
 ) -> dict[str, Any]:
-    env = {**os.environ, **ONE_THREAD, "PYTHONPATH": str(checkout)}
-    code = (
-        f"import sys, json; sys.path.insert(0, {str(ROOT / 'bench')!r}); import exactness; "
-        f"print(json.dumps(exactness.worker({name!r}, {batches!r}, {rounds}, {lowering!r})))"
-    )
-    done = subprocess.run(
-        ["taskset", "-c", "0", sys.executable, "-c", code],
-        cwd=checkout,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr else "failed"}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """Both checkouts' pipeline timed in alternating rounds of a few calls, the order switched
+    each round, so that drift of a shared machine hits both alike: per batch the medians and
+    the median of the per-round ratios (exact / baseline)."""
+    workers = {label: _Worker(c, name, batches, lowering) for label, c in checkouts.items()}
+    try:
+        times: dict[str, dict[int, list[float]]] = {k: {b: [] for b in batches} for k in workers}
+        ratios: dict[int, list[float]] = {b: [] for b in batches}
+        order = list(workers)
+        for r in range(rounds):
+            for batch in batches:
+                calls = 5 if batch > 1 else 50
+                medians = {}
+                for label in order if r % 2 == 0 else order[::-1]:
+                    samples = workers[label].time(batch, calls)
+                    times[label][batch] += samples
+                    medians[label] = statistics.median(samples)
+                ratios[batch].append(medians["exact"] / medians["baseline"])
+        return {
+            "checked": {k: w.checked for k, w in workers.items()},
+            "median": {
+                k: {b: statistics.median(v) for b, v in t.items()} for k, t in times.items()
+            },
+            "ratio": {b: statistics.median(v) for b, v in ratios.items()},
+            "spread": {b: (min(v), max(v)) for b, v in ratios.items()},
+        }
+    finally:
+        for w in workers.values():
+            w.close()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", default="HEAD", help="git revision to compare against")
     parser.add_argument("--batches", default="1,10000", help="comma-separated batch sizes")
-    parser.add_argument("--rounds", type=int, default=30, help="timed calls per worker")
-    parser.add_argument("--workers", type=int, default=2, help="workers per checkout")
+    parser.add_argument("--rounds", type=int, default=40, help="paired rounds per batch")
     parser.add_argument("--pipelines", default=",".join(PIPELINES))
     parser.add_argument("--lowering", default="auto", choices=sorted(LOWERINGS))
     args = parser.parse_args()
@@ -197,40 +251,30 @@ def main() -> None:
             check=True,
         )
         try:
-            rows = []
+            checkouts = {"baseline": base, "exact": ROOT}
             for name in args.pipelines.split(","):
-                results: dict[str, list[dict[str, Any]]] = {"baseline": [], "exact": []}
-                for _ in range(args.workers):
-                    for label, checkout in (("baseline", base), ("exact", ROOT)):
-                        run = _run(checkout, name, batches, args.rounds, args.lowering)
-                        results[label].append(run)
-                rows.append((name, results))
-                _print_row(name, results, batches)
+                try:
+                    result = _paired(checkouts, name, batches, args.rounds, args.lowering)
+                except RuntimeError as exc:
+                    print(f"{name} | error: {exc}", flush=True)
+                    continue
+                _print_row(name, result, batches)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT)
 
 
-def _print_row(name: str, results: dict[str, list[dict[str, Any]]], batches: list[int]) -> None:
+def _print_row(name: str, result: dict[str, Any], batches: list[int]) -> None:
     cells = [name]
     for label in ("baseline", "exact"):
-        runs = [r for r in results[label] if "error" not in r]
-        if not runs:
-            cells.append(f"{label}: error {results[label][0]['error']}")
-            continue
-        first = runs[0]
-        cells.append(f"{label}: labels≠ {first['labels']}, max|Δp| {first['max_dp']:.1e}")
+        checked = result["checked"][label]
+        cells.append(f"{label}: labels≠ {checked['labels']}, max|Δp| {checked['max_dp']:.1e}")
     for batch in batches:
-        best = {}
-        for label in ("baseline", "exact"):
-            runs = [r for r in results[label] if "error" not in r]
-            if runs:
-                best[label] = min(r["times"][str(batch)] for r in runs)
-        if len(best) == 2:
-            ratio = best["exact"] / best["baseline"]
-            cells.append(
-                f"b{batch}: {best['baseline'] * 1e3:.3f} → {best['exact'] * 1e3:.3f} ms "
-                f"({ratio:.2f}x)"
-            )
+        base, exact = (result["median"][k][batch] * 1e3 for k in ("baseline", "exact"))
+        low, high = result["spread"][batch]
+        cells.append(
+            f"b{batch}: {base:.3f} → {exact:.3f} ms ({result['ratio'][batch]:.2f}x; rounds "
+            f"{low:.2f}-{high:.2f})"
+        )
     print(" | ".join(cells), flush=True)
 
 
