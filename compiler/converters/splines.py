@@ -20,6 +20,7 @@ from ..context import Context
 from ..features import Features, Heads
 from ..registry import register, unsupported_param
 from ._sorted import count_at_most, per_column, rounded
+from .discretization import ExactTests, above, at_least
 
 _EXTRAPOLATIONS = ("error", "constant", "linear", "continue", "periodic")
 
@@ -37,10 +38,15 @@ def _inverse_widths(t: np.ndarray, offset_b: int, offset_a: int) -> np.ndarray:
     return out
 
 
-def _basis(x: lz.LazyTensor, t: np.ndarray, k: int, ctx: Context) -> tuple[lz.LazyTensor, list]:
-    """The interval (B, F) and the ``k + 1`` basis values h[m] (B, F) of functions ``i - k + m``."""
+def _basis(
+    x: lz.LazyTensor, t: np.ndarray, k: int, ctx: Context, tests: ExactTests | None
+) -> tuple[lz.LazyTensor, list]:
+    """The interval (B, F) and the ``k + 1`` basis values h[m] (B, F) of functions ``i - k + m``
+    (``tests``: the knot tests as the source decides them, else in the graph's precision)."""
     n = t.shape[1] - k - 1
-    count = count_at_most(x, t, ctx, "knots")
+    count = (
+        count_at_most(x, t, ctx, "knots") if tests is None else tests.count(t, at_least, "knots")
+    )
     interval = lz.minimum(lz.maximum(count - 1, k), n - 1)
     knot = {d: per_column(interval + d, t, ctx, f"knot_{d}") for d in range(1 - k, k + 1)}
     h: list[Any] = [None]  # h[0] = 1, kept symbolic to skip multiplying by it
@@ -106,6 +112,9 @@ def _boundary_rows(est: Any, side: str) -> tuple[np.ndarray, np.ndarray, np.ndar
     methods=("transform",),
     limits="every extrapolation ('error': rows outside the knots give NaN where scikit-learn "
     "raises); handle_missing; include_bias; dense output",
+    exactness="degree 0 (a step at every knot): knot and range tests on the raw float64 columns, "
+    "through scalers before it; higher degrees are continuous at the knots, so their knot tests "
+    "are the graph's own",
 )
 def spline_transformer(est: Any, features: Features, ctx: Context) -> Heads:
     if est.extrapolation not in _EXTRAPOLATIONS:
@@ -131,21 +140,33 @@ def spline_transformer(est: Any, features: Features, ctx: Context) -> Heads:
             x_eval = lz.where(ctx.param(degenerate, "degenerate", dtype="bool"), 0.0, x_eval)
     else:
         x_eval = x
-    interval, h = _basis(x_eval, t, k, ctx)
+    # A degree-0 basis steps at every knot: a row the graph's rounding puts across a knot
+    # gets another basis, so its knot and range tests are decided on the float64 input.
+    # Higher degrees are continuous there (within rounding on either side).
+    tests = ExactTests(features, ctx) if k == 0 and est.extrapolation != "periodic" else None
+    interval, h = _basis(x_eval, t, k, ctx, tests)
     out = _scatter(interval, h, k, n_splines, ctx)  # (B, F, n_splines)
     if est.extrapolation in ("error", "constant", "linear"):
         low_edge, low_values, low_slopes = _boundary_rows(est, "min")
         high_edge, high_values, high_slopes = _boundary_rows(est, "max")
-        up = ctx.param(rounded(low_edge, ctx, "up"), "xmin", dtype=ctx.dtype)
-        down = ctx.param(rounded(high_edge, ctx, "down"), "xmax", dtype=ctx.dtype)
-        inside = lz.expand_dims((x >= up) & (x <= down), 2)
+        if tests is None:
+            up = ctx.param(rounded(low_edge, ctx, "up"), "xmin", dtype=ctx.dtype)
+            down = ctx.param(rounded(high_edge, ctx, "down"), "xmax", dtype=ctx.dtype)
+            below, above_range = x < up, x > down
+            inside = lz.expand_dims((x >= up) & (x <= down), 2)
+        else:
+            from_low = tests.holds(low_edge, at_least, "xmin")
+            past_high = tests.holds(high_edge, above, "xmax")
+            real = ~lz.isnan(x)  # a NaN is neither inside nor beyond
+            below, above_range = real & ~from_low, real & past_high
+            inside = lz.expand_dims(from_low & ~past_high, 2)
         if est.extrapolation == "error":
             outside: Any = float("nan")  # scipy's value outside the knots, where sklearn raises
         else:
             outside = lz.cast(inside, ctx.dtype) * 0.0  # zeros, (B, F, 1)
             for name, beyond, edge, values, slopes in (
-                ("min", x < up, low_edge, low_values, low_slopes),
-                ("max", x > down, high_edge, high_values, high_slopes),
+                ("min", below, low_edge, low_values, low_slopes),
+                ("max", above_range, high_edge, high_values, high_slopes),
             ):
                 row = ctx.param(values, f"f_{name}") + lz.expand_dims(
                     x - ctx.param(edge, f"x{name}"), 2

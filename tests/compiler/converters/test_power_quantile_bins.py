@@ -4,11 +4,14 @@ float32 rows next to every bin edge and quantile, and lambdas at and near the lo
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import (
     KBinsDiscretizer,
     PowerTransformer,
     QuantileTransformer,
     SplineTransformer,
+    StandardScaler,
 )
 
 import compiler
@@ -114,3 +117,24 @@ def test_splines_beyond_the_fitted_range() -> None:
             np.testing.assert_allclose(
                 got, est.transform(table), rtol=1e-5, atol=1e-5, err_msg=f"{extrapolation}"
             )
+
+
+@pytest.mark.parametrize("scaled", [False, True])
+@pytest.mark.parametrize("extrapolation", ["linear", "continue", "error"])
+def test_degree_0_splines_step_at_each_knot_as_the_source(extrapolation: str, scaled: bool) -> None:
+    """A degree-0 basis changes at every knot, so a float64 row on a knot or one float64 step
+    beside it must land where scikit-learn puts it (the fitted range's own ends included),
+    also behind a scaler."""
+    rng = np.random.default_rng(5)
+    x = np.round(rng.normal(size=(300, 2)), 2)
+    spline = SplineTransformer(n_knots=6, degree=0, extrapolation=extrapolation)
+    est = (make_pipeline(StandardScaler(), spline) if scaled else spline).fit(x)
+    knots = np.stack([b.t for b in spline.bsplines_], axis=1)  # (knots, 2) in spline space
+    if scaled:
+        knots = knots * est[0].scale_ + est[0].mean_
+    near = np.concatenate([knots, np.nextafter(knots, np.inf), np.nextafter(knots, -np.inf)])
+    rows = np.vstack([x, near])
+    if extrapolation == "error":
+        rows = rows[((rows >= x.min(axis=0)) & (rows <= x.max(axis=0))).all(axis=1)]
+    got = compiler.compile(est, options=JAX).transform(rows)
+    np.testing.assert_array_equal(got, est.transform(rows))
