@@ -14,6 +14,7 @@ from ..context import Context
 from ..errors import UnsupportedError
 from ..features import ColumnMap, Features, Heads
 from ..registry import register, unsupported_param
+from .discretization import ExactTests, above, at_least
 from .provenance import filled
 
 
@@ -27,6 +28,10 @@ def _numeric_marker(est: Any) -> float:
     raise unsupported_param(est, "missing_values", value, "NaN or a number")
 
 
+#: docs/operators.md's exactness note of a numeric ``missing_values``.
+NUMERIC_MARKER = "a numeric marker is matched on the raw float64 value (through scalers before it)"
+
+
 def missing_mask(est: Any, features: Features, ctx: Context) -> lz.LazyTensor:
     """(B, k) bool: where ``features`` hold ``est.missing_values`` (``_get_mask``)."""
     raw = [s for s in features.sources if s is not None]
@@ -36,8 +41,13 @@ def missing_mask(est: Any, features: Features, ctx: Context) -> lz.LazyTensor:
             "values do not reach the device)"
         )
     marker = _numeric_marker(est)
-    x = features.values
-    return lz.isnan(x) if np.isnan(marker) else x == marker
+    if np.isnan(marker):
+        return lz.isnan(features.values)
+    # ``x == marker`` as the source decides it on float64 rows (a float32 graph would flag a
+    # value one float64 step away): ``x >= marker`` and not ``x > marker``, each an exact test.
+    tests = ExactTests(features, ctx)
+    markers = np.full(features.width, marker)
+    return tests.holds(markers, at_least, "marker_from") & ~tests.holds(markers, above, "marker")
 
 
 def indicator(est: Any, mask: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
@@ -57,6 +67,7 @@ def indicator(est: Any, mask: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
     MissingIndicator,
     methods=("transform",),
     limits="numeric columns; `missing_values` NaN or a number; `features` 'missing-only' / 'all'",
+    exactness=NUMERIC_MARKER,
 )
 def missing_indicator(est: Any, features: Features, ctx: Context) -> Heads:
     return Heads.transformed(_flags(est, features, ctx))
@@ -65,7 +76,8 @@ def missing_indicator(est: Any, features: Features, ctx: Context) -> Heads:
 @register(
     SimpleImputer,
     methods=("transform",),
-    exactness="a NaN fill is folded into the decisions that read it (they see the raw column)",
+    exactness="a NaN fill is folded into the decisions that read it (they see the raw column); "
+    + NUMERIC_MARKER,
     limits="every strategy; `add_indicator`, `keep_empty_features`; non-numeric (string) columns "
     "with missing_values=NaN only feed a following encoder, which codes missing values as the "
     "fill value on the host",
@@ -98,12 +110,12 @@ def simple_imputer(est: Any, features: Features, ctx: Context) -> Heads:
 
 
 def _flags(est: Any, features: Features, ctx: Context) -> Features:
-    """A fitted MissingIndicator's flags of ``features``. With a NaN marker they are exact (NaN
-    in any precision) and a map of the column they flag (constant on the non-NaN line); a
-    numeric marker is compared as the graph computed the column."""
+    """A fitted MissingIndicator's flags of ``features``: exact values (the mask is decided as
+    the source decides it), and with a NaN marker a map of the column they flag (constant on
+    the non-NaN line)."""
     flags = indicator(est, missing_mask(est, features, ctx), ctx)
     if not np.isnan(_numeric_marker(est)):
-        return Features.derived(flags)
+        return Features.derived(flags).exactly()
     flagged = [features.column_map(int(j)) for j in est.features_]
     maps = tuple(None if m is None else m.then(_is_missing) for m in flagged)
     return Features(flags, (None,) * len(maps), maps, exact=(True,) * len(maps))

@@ -237,3 +237,19 @@ def test_zero_as_missing_copies_decide_on_the_float64_value() -> None:
     splits = trees[trees.split_feature.notna()]
     for name, threshold in zip(splits.split_feature, splits.threshold, strict=True):
         assert (int(name.removeprefix("Column_")), float(threshold)) in decided
+
+
+def test_a_numeric_missing_marker_matches_only_itself_in_float64() -> None:
+    """``missing_values=-1``: a float64 value one step from the marker is not missing (a float32
+    graph took it for -1 and imputed it), and the flags are exact, so nothing is promoted."""
+    rng = np.random.default_rng(3)
+    x = np.round(rng.normal(size=(ROWS, 2)), 1)
+    x[::5, 0] = -1.0
+    rows = np.array([[v, 0.3] for v in (np.nextafter(-1.0, np.inf), -1.0, np.nextafter(-1.0, -2))])
+    imputer = SimpleImputer(missing_values=-1.0, add_indicator=True).fit(x)
+    compiled = _compiled(imputer)
+    np.testing.assert_allclose(compiled.transform(rows), imputer.transform(rows), rtol=1e-6)
+    y = (x[:, 0] > 0).astype(int)
+    model = make_pipeline(SimpleImputer(missing_values=-1.0, add_indicator=True), HEADS["hgb"]())
+    model.fit(x, y)
+    assert compiled.report.promoted == {} == _compiled(model).report.promoted
