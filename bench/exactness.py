@@ -207,8 +207,10 @@ def _paired(
     """Both checkouts' pipeline timed in alternating rounds of a few calls, the order switched
     each round, so that drift of a shared machine hits both alike: per batch the medians and
     the median of the per-round ratios (exact / baseline)."""
-    workers = {label: _Worker(c, name, batches, lowering) for label, c in checkouts.items()}
+    workers: dict[str, _Worker] = {}
     try:
+        for label, checkout in checkouts.items():  # one by one: a failed start stops the others
+            workers[label] = _Worker(checkout, name, batches, lowering)
         times: dict[str, dict[int, list[float]]] = {k: {b: [] for b in batches} for k in workers}
         ratios: dict[int, list[float]] = {b: [] for b in batches}
         order = list(workers)

@@ -252,4 +252,8 @@ def test_a_numeric_missing_marker_matches_only_itself_in_float64() -> None:
     y = (x[:, 0] > 0).astype(int)
     model = make_pipeline(SimpleImputer(missing_values=-1.0, add_indicator=True), HEADS["hgb"]())
     model.fit(x, y)
-    assert compiled.report.promoted == {} == _compiled(model).report.promoted
+    tree = _compiled(model)
+    probes = np.vstack([rows, x[:200]])
+    np.testing.assert_array_equal(tree.predict(probes), model.predict(probes))
+    np.testing.assert_allclose(tree.predict_proba(probes), model.predict_proba(probes), atol=1e-6)
+    assert compiled.report.promoted == {} == tree.report.promoted
