@@ -1,27 +1,41 @@
 VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# What serving needs (make run), and on top of it what the tests need (every other target).
+SERVE_STAMP := $(VENV)/.installed-serve
+STAMP := $(VENV)/.installed-test
 
-.PHONY: run test test-slow test-overload lint format docs bench bench-http clean distclean
+.PHONY: run test test-slow test-overload tools lint format docs bench bench-http clean distclean
 
-$(STAMP): pyproject.toml
+$(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --upgrade pip
-	$(BIN)/python -m pip install -e '.[test]'
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(SERVE_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
+$(STAMP): pyproject.toml | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(SERVE_STAMP) $@
+
 # The service on http://127.0.0.1:8000 with a local model store and the iris demo model.
-run: $(STAMP)
+run: $(SERVE_STAMP)
 	$(BIN)/kestrel serve --demo --store .kestrel/store --cache-dir .kestrel/cache
 
+# Debian's packages for the system tools the tests run (.ci/install-tools; sudo when not root).
+tools:
+	bash .ci/install-tools
+
 # Each recipe line must succeed; pytest exit code 5 (no tests collected) fails the target.
-# Tests marked slow (minutes each: kill -9 rounds) run in test-slow.
-test: $(STAMP)
+# PYTEST_ARGS narrows the run (e.g. one file) or adds pytest options.
+# Tests marked slow (minutes each: kill -9 rounds, the overload minute, long live-server
+# suites) run in test-slow.
+test: $(STAMP) tools
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
-	$(BIN)/pytest -n 2 -q -m "not slow"
+	$(BIN)/pytest -n 2 -q -m "not slow" --durations=20 $(PYTEST_ARGS)
 
 # -s: the overload test prints its latency report (docs/reliability.md) into the log.
 test-slow: $(STAMP)
@@ -52,7 +66,7 @@ bench: $(STAMP)
 # Kestrel vs a plain FastAPI + scikit-learn server vs hello world over HTTP (bench/load.py), with
 # wrk (Debian's package, installed when missing): rewrites docs/performance-http.md (~15 minutes).
 bench-http: $(STAMP)
-	bash .ci/install-wrk
+	bash .ci/install-tools wrk
 	$(BIN)/python bench/load.py --out bench-results/load.json --doc docs/performance-http.md
 
 clean:

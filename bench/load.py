@@ -10,7 +10,7 @@ Target (issue 6): single-row requests at concurrency 64, on every model, Kestrel
 80 % of the hello world's requests/s with p99 <= 40 ms, and at least 40x the plain server's
 requests/s for the random forest, 5x for the logistic regression.
 
-Needs ``wrk`` (Debian package ``wrk``; ``bash .ci/install-wrk`` or ``make bench-http`` installs
+Needs ``wrk`` (Debian package ``wrk``; ``bash .ci/install-tools wrk`` or ``make bench-http`` installs
 it) and ``taskset``. Usage::
 
     python bench/load.py [--models lr,rf,hgb,mlp] [--rows 1,100] [--concurrency 1,16,64]
@@ -321,7 +321,7 @@ def require_wrk() -> str:
     if path is None:
         raise BenchError(
             "wrk is not installed: install the Debian package with `apt-get install wrk` "
-            "(or run `bash .ci/install-wrk`, or `make bench-http`, which installs it)"
+            "(or run `bash .ci/install-tools wrk`, or `make bench-http`, which installs it)"
         )
     return path
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .errors import CompilerError, SchemaError, UnsupportedError
 from .features import Features, Heads
-from .model import CompiledModel, Traced, compile, trace
+from .model import CompiledModel, OutputSpec, Traced, compile, trace
 from .options import CompileOptions
 from .precision import Precision
 from .registry import Registration, register, supported
@@ -25,6 +25,7 @@ __all__ = [
     "Features",
     "Heads",
     "InputSchema",
+    "OutputSpec",
     "Precision",
     "Registration",
     "SchemaError",

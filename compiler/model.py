@@ -24,6 +24,18 @@ Output = np.ndarray | list[np.ndarray]
 
 
 @dataclass(frozen=True)
+class OutputSpec:
+    """What a method returns for ``n`` rows: an array of shape ``(n, *shape)`` and ``dtype``
+    (a classifier's ``predict``: its labels'). ``parts``: for a head the source returns as a
+    list of per-output arrays (MultiOutputClassifier's ``predict_proba``), their widths;
+    ``shape`` is then theirs side by side."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    parts: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class Traced:
     """A conversion before compilation: the lazy program and what the host needs around it."""
 
@@ -243,6 +255,8 @@ class CompiledModel:
         self.report = traced.report
         self.classes_ = traced.classes
         self.methods = traced.methods
+        #: Each method's answer, as :meth:`decode` gives it.
+        self.output_specs = _output_specs(traced)
         #: Where its answers may change, per raw input column (the parity gate probes these).
         self.decisions = traced.decisions
         self._dtype = np.dtype(traced.input_dtype)
@@ -349,6 +363,20 @@ def _heads_surfacing_nan(traced: Traced, stages: tuple[Any, ...]) -> frozenset[s
         for method in traced.methods
         if all(rejected <= r.get(refs.get(method, ""), frozenset()) for r in reaching)
     )
+
+
+def _output_specs(traced: Traced) -> dict[str, OutputSpec]:
+    """The compiled heads' types, through the decoders of :func:`_decoders`: class indices
+    become labels, and list-valued heads keep their width, split into parts."""
+    types = traced.program.output_types()
+    specs = {}
+    for method in traced.methods:
+        shape, dtype = types[method]
+        if method == "predict" and traced.classes is not None:
+            dtype = traced.classes.dtype
+        row = tuple(int(d) for d in shape[1:])
+        specs[method] = OutputSpec(row, np.dtype(dtype), traced.splits.get(method, ()))
+    return specs
 
 
 def _decoders(traced: Traced) -> dict[str, Callable[[np.ndarray], Output]]:

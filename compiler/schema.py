@@ -8,8 +8,9 @@ values as NaN), and for each categorical column an int32 code vector from its vo
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, Literal, NoReturn
@@ -384,6 +385,47 @@ class InputSchema:
             ]
         return keys
 
+    def extra_columns(self, data: Any, *, every_row: bool = False) -> tuple[str, ...]:
+        """The keys of a table ``data`` (dict rows, ``{column: values}``, a DataFrame) that name
+        no column of the schema: :meth:`to_feed` ignores them. Call it on data that
+        :meth:`to_feed` took (every column present); arrays have no keys, hence none.
+
+        Of dict rows only the first is looked at, unless ``every_row``: then each row's length
+        (in C) shows which hold extras. Either way a well-formed table costs a length check or
+        two, never a look at each key."""
+        if type(data) is np.ndarray:
+            return ()
+        n = len(self.columns)
+        if _is_dict_rows(data):
+            # Every row holds every column (to_feed raised otherwise): longer rows hold extras.
+            if len(data[0]) == n and (not every_row or max(map(len, data)) == n):
+                return ()
+            used = set(self._keys(list(data[0])))
+            rows = [r for r in data if len(r) > n] if every_row else data[:1]
+            return tuple(str(k) for k in dict.fromkeys(k for r in rows for k in r if k not in used))
+        if isinstance(data, Mapping):
+            given = data
+        elif hasattr(data, "columns") and hasattr(data, "iloc"):  # a pandas DataFrame
+            given = data.columns
+        else:
+            return ()
+        if len(given) == n:
+            return ()
+        given = list(given)
+        used = set(self._keys(given))
+        return tuple(str(k) for k in given if k not in used)
+
+    def column_mismatch(self, given: Iterable[Any]) -> str:
+        """What names ``given`` (a table's column names, or a row's keys) lack and have too many,
+        for an error message: ``unknown column 'petal_widht' (did you mean 'petal_width'?);
+        missing column 'petal_width'``. Each unknown name is matched against the missing
+        columns (:func:`difflib.get_close_matches`): a misspelling names its fix."""
+        given = list(given)
+        keys = self._keys(given)
+        missing = [c for c, k in zip(self.names, keys, strict=True) if k is None]
+        used = set(keys)
+        return describe_mismatch(missing, [g for g in given if g not in used])
+
     def _columns(self, data: Any) -> list[Any]:
         """``data``'s columns as 1-D numpy arrays, except a DataFrame's categorical columns of
         Arrow strings, which stay pandas columns (:func:`_arrow_groups` encodes them)."""
@@ -391,12 +433,8 @@ class InputSchema:
         if hasattr(data, "columns") and hasattr(data, "iloc"):  # a pandas DataFrame
             if self.named:
                 keys = self._keys(list(data.columns))
-                missing = [c for c, k in zip(self.names, keys, strict=True) if k is None]
-                if missing:
-                    raise SchemaError(
-                        f"missing columns {missing}; expected {self.names}, got "
-                        f"{[str(c) for c in data.columns]}"
-                    )
+                if None in keys:
+                    raise SchemaError(self.column_mismatch(data.columns))
                 columns = [data[k] for k in keys]
                 arrow = len(data) > _DICT_GROUPING_MAX_ROWS  # below, Arrow's fixed costs lose
                 return [
@@ -406,11 +444,8 @@ class InputSchema:
             data = data.to_numpy()
         if isinstance(data, Mapping):  # columnar: {column: values}
             keys = self._keys(list(data))
-            missing = [c for c, k in zip(self.names, keys, strict=True) if k is None]
-            if missing:
-                raise SchemaError(
-                    f"missing columns {missing}; expected {self.names}, got {list(data)}"
-                )
+            if None in keys:
+                raise SchemaError(self.column_mismatch(data))
             columns = [
                 np.asarray(data[k], dtype=object if _has_str(data[k]) else None) for k in keys
             ]
@@ -425,8 +460,7 @@ class InputSchema:
                 try:
                     out.append(np.asarray(list(map(itemgetter(key or name), data)), dtype=object))
                 except KeyError:
-                    bad = next(i for i, row in enumerate(data) if (key or name) not in row)
-                    raise SchemaError(f"row {bad} has no column {name!r}") from None
+                    raise SchemaError(self._row_mismatch(data, keys)) from None
             return out
         array = np.asarray(data, dtype=object if _has_str(data) else None)
         if self.vector and array.ndim == 1:
@@ -438,6 +472,53 @@ class InputSchema:
         if array.shape[1] != n:
             raise SchemaError(f"expected {n} columns ({self.names}), got {array.shape[1]}")
         return [array[:, j] for j in range(n)]
+
+    def _row_mismatch(self, rows: Sequence[Mapping[Any, Any]], keys: list[Any]) -> str:
+        """The error of the first dict row lacking a column (``keys``: each column's key, as
+        read from row 0), naming its unknown keys too: a misspelled key is the usual cause."""
+        wanted = [k if k is not None else c for c, k in zip(self.names, keys, strict=True)]
+        bad = next(i for i, row in enumerate(rows) if not all(k in row for k in wanted))
+        row = rows[bad]
+        missing = [c for c, k in zip(self.names, wanted, strict=True) if k not in row]
+        used = set(wanted)
+        return f"row {bad}: " + describe_mismatch(missing, [k for k in row if k not in used])
+
+
+# Names listed in a column-mismatch message at most (a hostile row may have thousands of keys).
+_LISTED = 10
+
+
+def describe_mismatch(missing: list[str], unknown: list[Any], noun: str = "column") -> str:
+    """``unknown column 'x' (did you mean 'y'?); missing column 'y'``: the names a table lacks
+    (``missing``) and those it has that name no column (``unknown``), each unknown one with the
+    missing column it most resembles (:func:`difflib.get_close_matches`); either part may be
+    absent."""
+    parts = []
+    if unknown:
+        named = []
+        for key in unknown[:_LISTED]:
+            close = difflib.get_close_matches(str(key), missing, n=1, cutoff=0.6)
+            named.append(f"{str(key)!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        parts.append(f"unknown {_plural(noun, unknown)} {_listing(named, len(unknown))}")
+    if missing:
+        listed = _listing([repr(c) for c in missing[:_LISTED]], len(missing))
+        parts.append(f"missing {_plural(noun, missing)} {listed}")
+    return "; ".join(parts)
+
+
+def _plural(noun: str, items: Sequence[Any]) -> str:
+    return noun if len(items) == 1 else f"{noun}s"
+
+
+def _listing(named: list[str], total: int) -> str:
+    more = f" and {total - len(named)} more" if total > len(named) else ""
+    return ", ".join(named) + more
+
+
+def _is_dict_rows(data: Any) -> bool:
+    if type(data) is list and data and type(data[0]) is dict:  # a JSON body's rows: no ABC checks
+        return True
+    return isinstance(data, Sequence) and bool(data) and isinstance(data[0], Mapping)
 
 
 def _has_str(data: Any) -> bool:

@@ -28,6 +28,7 @@ from .executor import (
     Options,
     ParamMode,
     Placement,
+    WarmedBucket,
     compile,
     default_cache,
 )
@@ -118,6 +119,7 @@ __all__ = [
     "RunStats",
     "ShapeError",
     "Special",
+    "WarmedBucket",
     "argmax",
     "broadcast_to",
     "cast",

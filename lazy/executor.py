@@ -119,6 +119,18 @@ class Placement:
     device_us: float
 
 
+@dataclass(frozen=True)
+class WarmedBucket:
+    """A bucket warm-up just compiled (or loaded from the cache) and ran: what a caller of
+    :meth:`CompiledProgram.warmup` hears after each one, to show progress."""
+
+    graph: int  # the graph's position in :attr:`CompiledProgram.graphs`
+    bucket: int  # its rows
+    seconds: float
+    done: int  # buckets warmed so far, over every graph
+    total: int
+
+
 def host_calls(order: Sequence[Node]) -> int:
     """How many numpy calls one run of ``order`` makes on the numpy backend (leaves make none;
     a loop makes its body's calls once per trip)."""
@@ -306,10 +318,14 @@ class CompiledGraph:
             self._routes[index] = (exe, self._params)
         return exe
 
-    def warmup(self) -> None:
-        """Compile (or load) and run every bucket once; then the graph is ready."""
-        for index in range(len(self.buckets)):
+    def warmup(self, on_bucket: Callable[[int, float], None] | None = None) -> None:
+        """Compile (or load) and run every bucket once; then the graph is ready. ``on_bucket``
+        is called after each with the bucket's rows and the seconds it took."""
+        for index, rows in enumerate(self.buckets.sizes):
+            t0 = time.perf_counter()
             self.warm_bucket(index)
+            if on_bucket is not None:
+                on_bucket(rows, time.perf_counter() - t0)
         self.ready = True
 
     def warm_bucket(self, index: int) -> None:
@@ -550,9 +566,23 @@ class CompiledProgram:
     def ready(self) -> bool:
         return all(g.ready for g in self.graphs)
 
-    def warmup(self) -> None:
-        for g in self.graphs:
-            g.warmup()
+    @property
+    def bucket_count(self) -> int:
+        """How many buckets warm-up compiles, over every graph."""
+        return sum(len(g.buckets) for g in self.graphs)
+
+    def warmup(self, on_bucket: Callable[[WarmedBucket], None] | None = None) -> None:
+        """Warm every graph (:meth:`CompiledGraph.warmup`); ``on_bucket`` hears of each bucket."""
+        total, done = self.bucket_count, 0
+        for index, graph in enumerate(self.graphs):
+
+            def warmed(rows: int, seconds: float, index: int = index) -> None:
+                nonlocal done
+                done += 1
+                if on_bucket is not None:
+                    on_bucket(WarmedBucket(index, rows, seconds, done, total))
+
+            graph.warmup(warmed)
 
     def run_one(self, inputs: Mapping[str, Any], name: str) -> np.ndarray:
         """The output ``name`` alone (see :meth:`CompiledGraph.run_one`)."""

@@ -61,6 +61,18 @@ class Program(Signature):
     def host_steps(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.stages if isinstance(s, HostStage))
 
+    def output_types(self) -> dict[str, TensorType]:
+        """Each output's type (shape with the batch axis ``B`` first, dtype), by output name:
+        what the compiled program returns for it (the reference interpreter computes in
+        float64)."""
+        env: dict[str, TensorType] = {n.attr("name"): n.type for n in self.inputs}
+        for stage in self.stages:
+            if isinstance(stage, GraphStage):
+                env.update((name, node.type) for name, node in stage.graph.outputs)
+            else:
+                env.update(stage.outputs)
+        return {name: env[source] for name, source in self.outputs}
+
     def columns_read(self, name: str) -> frozenset[int] | None:
         """The columns (axis 1) of input ``name`` that some value of the program depends on,
         where every use of the input picks columns by a static slice or constant indices; None

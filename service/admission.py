@@ -1,5 +1,5 @@
 """What is decided about a request before it is routed: its id, its body limit, and whether it
-is refused (413 by ``Content-Length``, 401 / 403 by token, 429 when scoring is at its cap).
+is refused (413 by ``Content-Length``, 401 / 403 by token, 429 when scoring is overloaded).
 
 One :class:`Admission` per application, shared by every layer that takes these decisions: the
 ASGI middleware (service/middleware.py, instantiated twice: the ordinary stack and the scoring
@@ -13,12 +13,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
-from service.adaptive_limit import AdaptiveLimit
 from service.errors import PayloadTooLarge, ServiceError, TooManyRequests
 from service.metrics import Metrics
+from service.queue_delay import QueueDelay
 
 Headers = Iterable[tuple[bytes, bytes]]
 
@@ -28,45 +29,79 @@ _WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
 
 
 class ScoringLoad:
-    """Scoring requests in progress, and the limit above which more are shed (None: no limit):
-    a fixed ``cap``, or an :class:`AdaptiveLimit` that follows their latency below it.
+    """Scoring requests in progress, and the two reasons to refuse one more before reading it.
 
-    One per application: every layer that admits scoring requests counts against it."""
+    - **Delay**: each serving model's :class:`~service.queue_delay.QueueDelay` says whether its
+      queue stands above the delay target (``track``); a request for that model is then shed.
+    - **Cap**: ``cap`` bounds the requests in progress whatever their model (None: no bound).
+      It is a memory bound (each holds its body), not a latency budget, and is set well above
+      the concurrency a process serves by batching.
 
-    __slots__ = ("adaptive", "cap", "in_flight")
+    One per application: every layer that admits scoring requests counts against it.
+    """
 
-    def __init__(self, cap: int | None = None, *, adaptive: AdaptiveLimit | None = None) -> None:
+    __slots__ = ("_delays", "_per_model", "_shedding", "cap", "in_flight")
+
+    def __init__(self, cap: int | None = None) -> None:
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
             raise ValueError(f"the scoring in-flight cap must be a positive integer, got {cap!r}")
-        if adaptive is not None and adaptive.ceiling != cap:
-            raise ValueError(f"an adaptive limit's ceiling must be the cap, {cap!r}")
         self.cap = cap
-        self.adaptive = adaptive
         self.in_flight = 0
+        self._per_model: dict[str | None, int] = {}  # in progress, by the model the path names
+        self._delays: dict[str, QueueDelay] = {}
+        self._shedding = 0  # tracked models shedding now: the cheap test before parsing a path
 
-    @property
-    def limit(self) -> int | None:
-        """The number of scoring requests admitted at once now."""
-        return self.adaptive.value if self.adaptive is not None else self.cap
+    def track(self, model: str, **delay: Any) -> QueueDelay:
+        """A new :class:`QueueDelay` (keyword arguments: its own) for the version of ``model``
+        now serving; it replaces the model's previous one."""
+        tracked = QueueDelay(**delay)
+        tracked.on_change = lambda shedding: self._changed(model, tracked, shedding)
+        self.untrack(model)
+        self._delays[model] = tracked
+        return tracked
+
+    def untrack(self, model: str, delay: QueueDelay | None = None) -> None:
+        """Stop deciding by ``model``'s delay (only if it is ``delay``, when given)."""
+        current = self._delays.get(model)
+        if current is None or (delay is not None and current is not delay):
+            return
+        del self._delays[model]
+        if current.shedding:
+            self._shedding -= 1
+
+    def _changed(self, model: str, delay: QueueDelay, shedding: bool) -> None:
+        if self._delays.get(model) is delay:
+            self._shedding += 1 if shedding else -1
 
     @property
     def saturated(self) -> bool:
-        """Whether one more scoring request would exceed the limit."""
-        limit = self.limit
-        return limit is not None and self.in_flight >= limit
+        """Whether one more scoring request would exceed the cap."""
+        return self.cap is not None and self.in_flight >= self.cap
 
-    def enter(self) -> None:
-        """A scoring request was admitted."""
+    @property
+    def may_refuse(self) -> bool:
+        """Whether any scoring request could be refused now (cheap: no path parsed)."""
+        return self._shedding > 0 or self.saturated
+
+    def shedding(self, model: str | None) -> QueueDelay | None:
+        """The delay that refuses a new request for ``model`` now, if one does."""
+        delay = self._delays.get(model) if model is not None else None
+        in_progress = self._per_model.get(model, 0)
+        return delay if delay is not None and delay.refuses(in_progress) else None
+
+    def enter(self, model: str | None) -> None:
+        """A scoring request for ``model`` (as its path names it) was admitted."""
         self.in_flight += 1
-        if self.adaptive is not None:
-            self.adaptive.admitted(self.in_flight)
+        self._per_model[model] = self._per_model.get(model, 0) + 1
 
-    def leave(self, handled_s: float | None) -> None:
-        """An admitted scoring request ended; ``handled_s`` is how long it took to answer once
-        its body had arrived, or None if it did not succeed (its time says nothing of load)."""
+    def leave(self, model: str | None) -> None:
+        """An admitted scoring request for ``model`` ended."""
         self.in_flight -= 1
-        if handled_s is not None and self.adaptive is not None:
-            self.adaptive.completed(handled_s)
+        left = self._per_model[model] - 1
+        if left:
+            self._per_model[model] = left
+        else:
+            del self._per_model[model]  # bounded by what is in progress, not by names ever seen
 
 
 @dataclass(slots=True)
@@ -75,6 +110,7 @@ class Verdict:
 
     request_id: str
     kind: str  # route_kind(path, method)
+    model: str | None  # the model a scoring path names (None for other routes)
     limit: int  # the largest body the route accepts
     refused: ServiceError | None
 
@@ -84,8 +120,8 @@ class Admission:
 
     ``limit_for(path, method)`` gives the largest body a route accepts; ``model_label(name)``
     bounds the model label to known models; ``refusal(path, headers)`` says why a caller may not
-    make a request (401 / 403, :mod:`service.access`); ``scoring`` caps scoring requests in
-    progress.
+    make a request (401 / 403, :mod:`service.access`); ``scoring`` says when a scoring
+    request is shed.
     """
 
     def __init__(
@@ -103,11 +139,11 @@ class Admission:
         self.scoring = scoring if scoring is not None else ScoringLoad()
         self.refusal = refusal
 
-    def decide(self, path: str, method: str, headers: Headers) -> Verdict:
+    def decide(self, path: str, method: str, headers: Headers, query: bytes = b"") -> Verdict:
         """The request's id (the client's ``X-Request-ID``, else a new one), its kind of route,
         its body limit, and the refusal it gets before routing, if any: 413 for a declared
         ``Content-Length`` over the limit, then tokens, then 429 ``overloaded`` for scoring at
-        the cap."""
+        the in-flight cap or for a model whose queue stands above the delay target."""
         rid, declared = _id_and_length(headers)
         # 32 random hex digits like uuid4().hex, without building a UUID object (2 µs a request).
         rid = rid[:128] if rid else os.urandom(16).hex()
@@ -122,16 +158,32 @@ class Admission:
             refused = self.refusal(path, headers)
             if refused is not None and method in _WITH_BODY:
                 refused.headers = {**refused.headers, "connection": "close"}
-        if refused is None and kind == "scoring" and self.scoring.saturated:
-            # Keep-alive: the body (small, under the scoring limit) is read by the server's HTTP
-            # parser anyway, and a client retrying after 429 should not pay for a new connection.
-            refused = TooManyRequests(
-                f"the server is at its limit of {self.scoring.limit} scoring requests in progress; "
-                "retry shortly",
-                retry_after_s=1,
+        model = _model_in_path(path, query) if kind == "scoring" else None
+        if refused is None and kind == "scoring" and self.scoring.may_refuse:
+            refused = self._overloaded(model)
+        return Verdict(rid, kind, model, limit, refused)
+
+    def _overloaded(self, model: str | None) -> ServiceError | None:
+        """The 429 for a scoring request now, if it gets one. Keep-alive: the body (small,
+        under the scoring limit) is read by the server's HTTP parser anyway, and a client
+        retrying after 429 should not pay for a new connection."""
+        load = self.scoring
+        if load.saturated:
+            message = (
+                f"the server is at its limit of {load.cap} scoring requests in progress; "
+                "retry shortly"
             )
-            refused.code = refused.reason = "overloaded"
-        return Verdict(rid, kind, limit, refused)
+        else:
+            delay = load.shedding(model)
+            if delay is None:
+                return None
+            message = (
+                f"model {model!r} is overloaded: its requests have been waiting over "
+                f"{delay.target_s * 1e3:g} ms for a batch; retry shortly"
+            )
+        refused = TooManyRequests(message, retry_after_s=1)
+        refused.code = refused.reason = "overloaded"
+        return refused
 
     def count_refusal(self, path: str, query: bytes, err: ServiceError) -> None:
         """Count a request refused before routing: its rejection reason and its answer."""

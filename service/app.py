@@ -17,14 +17,16 @@ import logging
 import math
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from http import HTTPStatus
 from typing import Annotated, Any
 
 from fastapi import FastAPI, File, Form, Query, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse, Response
+from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from pydantic import TypeAdapter, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
@@ -32,12 +34,12 @@ import compiler
 import lazy as lz
 from service import artifacts, batcher, codecs, fastpath, openapi, store
 from service.access import Auth
-from service.adaptive_limit import AdaptiveLimit
 from service.admission import Admission, ScoringLoad
 from service.errors import (
     BadRequest,
     Forbidden,
     InvalidInput,
+    ModelRejected,
     PayloadTooLarge,
     ServiceError,
     http_error_for,
@@ -52,6 +54,8 @@ from service.store import ModelStore
 log = logging.getLogger("kestrel.app")
 
 DEADLINE_HEADER = "x-kestrel-timeout-ms"
+# Swagger UI's script, styles and icon (public, like /docs).
+DOCS_ASSETS_URL = "/docs/static"
 # Scoring routes dispatched past FastAPI's router (see service/fastpath.py).
 SCORING_PATHS = (
     "/models/{name}/predict",
@@ -93,7 +97,7 @@ def create_app(
     cache = lz.ExecutableCache(disk_dir=settings.cache_dir)
     metrics.add_cache_collector(cache)
     store = ModelStore(settings.store_url, dict(settings.store_options) or None)
-    manager = ModelManager(settings, store, metrics, cache)
+    manager = ModelManager(settings, store, metrics, cache, ScoringLoad(settings.max_in_flight))
     auth = Auth(
         settings.admin_token.get_secret_value() if settings.admin_token else None,
         settings.scoring_token.get_secret_value() if settings.scoring_token else None,
@@ -119,7 +123,11 @@ def create_app(
                 task.cancel()
             await manager.close()
 
-    app = FastAPI(
+    # /docs: Swagger UI with its scripts and styles served from the installed package, so it
+    # renders on a machine without internet access. No /redoc: ReDoc loads its logo from a CDN.
+    app = FastAPIOffline(
+        static_url=DOCS_ASSETS_URL,
+        redoc_url=None,
         title="Kestrel",
         version="0.1.0",
         summary="Serve scikit-learn, LightGBM and XGBoost models compiled to XLA.",
@@ -237,15 +245,15 @@ def create_app(
     ) -> Response:
         data = await file.read()
         if not data:
-            raise BadRequest("the uploaded file is empty")
+            raise BadRequest("field 'file': the uploaded file is empty")
         if len(data) > settings.max_upload_bytes:  # the middleware refuses most before this
             raise PayloadTooLarge(f"the upload exceeds {settings.max_upload_bytes} bytes")
         upload = Upload(
-            name=name,
+            name=_form_name("name", name, "model name"),
             data=data,
             filename=file.filename or "",
-            version=version or None,
-            format=format or None,
+            version=_form_name("version", version or None, "version"),
+            format=_parse_format(format or None),
             sample=_parse_sample(sample),
             options=_parse_options(options),
         )
@@ -339,7 +347,11 @@ def create_app(
         body = await read_body(request)
         content_type, timeout = _scoring_headers(request.scope)
         decoded = codecs.decode_predict(body, content_type)
-        query = request.query_params.get("outputs") if request.scope["query_string"] else None
+        query, strict = None, settings.strict_columns
+        if request.scope["query_string"]:
+            params = request.query_params
+            query = params.get("outputs")
+            strict = query_flag(params, "strict_columns", strict)
         outputs = decoded.outputs or codecs.parse_outputs(query, field="outputs")
         result = await manager.predict(
             name,
@@ -347,15 +359,20 @@ def create_app(
             decoded.data,
             outputs=outputs,
             deadline=deadline_from(timeout, settings),
+            strict_columns=strict,
         )
         t0 = time.perf_counter()
-        doc = {
+        doc: dict[str, Any] = {
             "model": name,
             "version": result.version.version,
             "rows": result.rows,
             "outputs": {k: codecs.jsonable(v) for k, v in result.outputs.items()},
         }
-        response = json_response(doc)
+        headers = None
+        if result.ignored:
+            doc["warnings"] = [codecs.ignored_columns_warning(result.ignored)]
+            headers = {codecs.IGNORED_COLUMNS_HEADER: codecs.ignored_columns_header(result.ignored)}
+        response = json_response(doc, headers=headers)
         metrics.child(metrics.codec_seconds, name, result.version.version, "encode").observe(
             result.decode_s + time.perf_counter() - t0
         )
@@ -370,7 +387,7 @@ def create_app(
     scoring_doc: dict[str, Any] = {
         "tags": ["scoring"],
         "description": predict_doc,
-        "responses": {**openapi.ok(openapi.Prediction), **openapi.errors(*openapi.SCORING)},
+        "responses": {**openapi.PREDICTION_OK, **openapi.errors(*openapi.SCORING)},
         "openapi_extra": openapi.PREDICT_EXTRA,
     }
 
@@ -410,16 +427,8 @@ def create_app(
 
     # One for the application: the middleware's two instances (the ordinary stack's and the
     # fast path's) and the HTTP protocol of `kestrel serve` (service/shedding.py) share it.
-    cap = settings.max_in_flight
-    adaptive = (
-        AdaptiveLimit(cap, tolerance=settings.in_flight_tolerance)
-        if settings.adaptive_in_flight and cap is not None
-        else None
-    )
-    scoring = ScoringLoad(cap, adaptive=adaptive)
-    metrics.in_flight_limit.set_function(
-        lambda: math.inf if scoring.limit is None else scoring.limit
-    )
+    scoring = manager.scoring_load
+    metrics.in_flight_limit.set_function(lambda: math.inf if scoring.cap is None else scoring.cap)
     app.state.admission = Admission(
         metrics=metrics,
         limit_for=limit_for,
@@ -478,29 +487,71 @@ def deadline_from(header: str | None, settings: Settings) -> float | None:
     return None if timeout_s is None else time.monotonic() + timeout_s
 
 
+_FLAG = TypeAdapter(bool)  # what FastAPI takes for a bool query parameter: true/false, 1/0, ...
+
+
+def query_flag(params: Mapping[str, str], field: str, default: bool) -> bool:
+    """The boolean query parameter ``field``, or ``default`` when absent; a 400 naming it else."""
+    value = params.get(field)
+    if value is None:
+        return default
+    try:
+        return _FLAG.validate_python(value)
+    except ValidationError:
+        raise BadRequest(
+            f"query parameter {field!r} must be true or false, got {value!r}"
+        ) from None
+
+
+def _form_name(field: str, value: str | None, what: str) -> str | None:
+    """A model name or version from the form, checked here to name the field it came in."""
+    if value is None:
+        return None
+    try:
+        return store.validate_name(value, what)
+    except store.InvalidName as exc:
+        raise BadRequest(f"field {field!r}: {exc}") from None
+
+
+def _parse_format(value: str | None) -> str | None:
+    if value is not None and value not in artifacts.FORMATS:
+        raise ModelRejected(
+            f"field 'format': unknown model format {value!r}; accepted: "
+            f"{', '.join(artifacts.FORMATS)} (or leave it out: the file's content tells)"
+        )
+    return value
+
+
 def _parse_sample(text: str | None) -> Any:
     if text is None or not text.strip():
         return None
-    doc = codecs.parse_json(text.encode())
+    # NaN and Infinity too: a sample of real rows has missing values, and the parity check
+    # compares the source and the compiled model on them as they are.
+    doc = codecs.parse_json_field(text, "sample", allow_nan=True)
     if isinstance(doc, dict) and "rows" in doc:
         doc = doc["rows"]
     if isinstance(doc, dict) and "columns" in doc:
         doc = doc["columns"]
     if not isinstance(doc, (list, dict)) or not doc:
-        raise BadRequest("'sample' must be JSON rows (a non-empty list) or {column: [values]}")
+        raise BadRequest(
+            "field 'sample' must be JSON rows (a non-empty list) or {column: [values]}"
+        )
     return doc
 
 
 def _parse_options(text: str | None) -> ModelOptions:
     if text is None or not text.strip():
         return ModelOptions()
-    doc = codecs.parse_json(text.encode())
+    doc = codecs.parse_json_field(text, "options")
     if not isinstance(doc, dict):
-        raise BadRequest("'options' must be a JSON object")
+        raise BadRequest(f"field 'options' must be a JSON object, got {type(doc).__name__}")
     try:
         return ModelOptions.model_validate(doc)
-    except ValueError as exc:
-        raise InvalidInput(f"invalid 'options': {exc}") from None
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(options)'}: {e['msg']}" for e in exc.errors()
+        )
+        raise InvalidInput(f"field 'options': {problems}") from None
 
 
 def _pickle_allowed(settings: Settings, auth: Auth, request: Request) -> bool:

@@ -8,7 +8,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -84,36 +84,21 @@ def _exit_cleanly(signum: int, frame: object) -> None:
 
 
 def _cmd_register(args: argparse.Namespace) -> int:
-    import httpx
-    import orjson
+    from service.register import register_file
 
-    path: Path = args.file
-    data = {"name": args.name}
-    if args.version:
-        data["version"] = args.version
-    if args.format:
-        data["format"] = args.format
-    if args.sample:
-        data["sample"] = args.sample.read_text()
-    if args.options:
-        data["options"] = args.options
-    token = args.token or os.environ.get("KESTREL_ADMIN_TOKEN")
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    with path.open("rb") as fh:
-        response = httpx.post(
-            f"{args.url.rstrip('/')}/models",
-            params={"wait": "false" if args.no_wait else "true"},
-            data=data,
-            files={"file": (path.name, fh)},
-            headers=headers,
-            timeout=args.timeout,
-        )
-    try:
-        doc = response.json()
-    except ValueError:
-        doc = {"status": response.status_code, "body": response.text}
-    print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
-    return 0 if response.status_code in (201, 202) else 1
+    return register_file(
+        args.file,
+        name=args.name,
+        url=args.url,
+        version=args.version,
+        format=args.format,
+        sample=args.sample,
+        options=args.options,
+        token=args.token or os.environ.get("KESTREL_ADMIN_TOKEN"),
+        wait=not args.no_wait,
+        timeout=args.timeout,
+        as_json=args.json,
+    )
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
@@ -127,14 +112,35 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         cache_dir=args.cache_dir,
         allow_pickle=args.allow_pickle,
+        as_json=args.json,
     )
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line, like every other error of the CLI (``-h`` shows the usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} -h)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="kestrel", description="Serve traditional ML models compiled to XLA."
+    parser = _Parser(prog="kestrel", description="Serve traditional ML models compiled to XLA.")
+    sub = parser.add_subparsers(
+        dest="command",
+        required=True,
+        metavar="COMMAND",
+        help="run `kestrel COMMAND -h` for its options",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="run the HTTP service (settings: KESTREL_* variables)")
     serve.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
@@ -142,7 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--store", default=None, help="model store: a path or fsspec URL")
     serve.add_argument("--cache-dir", default=None, help="trusted compiled-executable cache")
     serve.add_argument("--demo", action="store_true", help="register the iris demo model")
-    serve.add_argument("--log-format", choices=("text", "json"), default=None)
+    serve.add_argument(
+        "--log-format", choices=("text", "json"), default=None, help="log lines (default text)"
+    )
     serve.add_argument(
         "--preload",
         type=Path,
@@ -157,31 +165,80 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(func=_cmd_serve)
 
-    register = sub.add_parser("register", help="upload a model file to a running service")
-    register.add_argument("file", type=Path)
-    register.add_argument("--name", required=True)
-    register.add_argument("--version", default=None)
-    register.add_argument("--format", default=None, help="skops, lightgbm, xgboost-json, …")
-    register.add_argument("--sample", type=Path, default=None, help="JSON rows for parity")
-    register.add_argument("--options", default=None, help='JSON, e.g. {"max_batch": 512}')
-    register.add_argument("--url", default="http://127.0.0.1:8000")
+    register = sub.add_parser(
+        "register",
+        help="upload a model file to a running service and follow it until READY",
+        description="Upload a model file to a running `kestrel serve`, show its progress "
+        "(upload, buckets compiled and warmed up, parity check) on stderr, and print a summary "
+        "with a curl command that scores it.",
+    )
+    register.add_argument("file", type=Path, help="the model: .skops, LightGBM text, XGBoost JSON")
+    register.add_argument("--name", required=True, help="model name (letters, digits, . _ -)")
+    register.add_argument("--version", default=None, help="version name (default: the next number)")
+    register.add_argument(
+        "--format", default=None, help="skops, lightgbm, xgboost-json, … (default: from the file)"
+    )
+    register.add_argument(
+        "--sample", type=Path, default=None, help="JSON file of real rows, for schema and parity"
+    )
+    register.add_argument(
+        "--options", default=None, help='compile options as JSON, e.g. {"max_batch": 512}'
+    )
+    register.add_argument(
+        "--url", default="http://127.0.0.1:8000", help="the service (default %(default)s)"
+    )
     register.add_argument("--token", default=None, help="admin token (or KESTREL_ADMIN_TOKEN)")
-    register.add_argument("--no-wait", action="store_true", help="return at once (202)")
-    register.add_argument("--timeout", type=float, default=900.0)
+    register.add_argument(
+        "--no-wait", action="store_true", help="return once the upload is accepted (LOADING)"
+    )
+    register.add_argument(
+        "--timeout",
+        type=float,
+        default=900.0,
+        help="seconds to wait for the upload and the load (default %(default)g)",
+    )
+    register.add_argument(
+        "--json", action="store_true", help="print the version's description as JSON instead"
+    )
     register.set_defaults(func=_cmd_register)
 
-    comp = sub.add_parser("compile", help="compile a model file offline and time each bucket")
-    comp.add_argument("file", type=Path)
-    comp.add_argument("--sample", type=Path, default=None, help="JSON rows for schema/parity")
-    comp.add_argument("--max-batch", type=int, default=1024)
+    comp = sub.add_parser(
+        "compile",
+        help="compile a model file offline and time each bucket",
+        description="Load a model file as an upload would be, compile and warm up every bucket "
+        "(progress on stderr), check parity with the source model, and print the report.",
+    )
+    comp.add_argument("file", type=Path, help="the model: .skops, LightGBM text, XGBoost JSON")
+    comp.add_argument(
+        "--sample", type=Path, default=None, help="JSON file of real rows, for schema and parity"
+    )
+    comp.add_argument(
+        "--max-batch",
+        type=_positive_int,
+        default=1024,
+        help="largest compiled bucket; larger calls run in chunks of this many rows "
+        "(default %(default)s)",
+    )
     comp.add_argument(
         "--tree-strategy",
         default="auto",
         choices=("auto", "gemm", "traversal", "perfect", "bitvector", "hybrid"),
+        help="how tree ensembles become tensors (default: chosen per model)",
     )
-    comp.add_argument("--dtype", default="float32", choices=("float32", "float64"))
-    comp.add_argument("--cache-dir", type=Path, default=None)
+    comp.add_argument(
+        "--dtype",
+        default="float32",
+        choices=("float32", "float64"),
+        help="the graph's float type (default %(default)s)",
+    )
+    comp.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="keep compiled executables here (a directory you trust); a second run loads them",
+    )
     comp.add_argument("--allow-pickle", action="store_true", help="the file is yours: unpickle it")
+    comp.add_argument("--json", action="store_true", help="print the report as JSON instead")
     comp.set_defaults(func=_cmd_compile)
 
     demo = sub.add_parser("demo", help="compile a small pipeline and show it serving")
@@ -191,14 +248,29 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="keep compiled executables here (a directory you trust); a second run loads them",
     )
-    demo.add_argument("--max-batch", type=int, default=1024, help="largest compiled batch")
+    demo.add_argument(
+        "--max-batch",
+        type=_positive_int,
+        default=1024,
+        help="largest compiled bucket; larger calls run in chunks of this many rows "
+        "(default %(default)s)",
+    )
     demo.set_defaults(func=_cmd_demo)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from service.terminal import CommandError, one_line
+
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except CommandError as exc:
+        print(f"kestrel {args.command}: {one_line(str(exc))}", file=sys.stderr)
+        return exc.status
+    except KeyboardInterrupt:
+        print(f"kestrel {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

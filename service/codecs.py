@@ -14,9 +14,11 @@ Errors name the problem (position of malformed JSON, the field that is missing o
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
 import orjson
@@ -60,7 +62,62 @@ def parse_json(body: bytes) -> Any:
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"malformed JSON: {exc}") from None
+        raise BadRequest(f"malformed JSON: {_json_problem(exc)}") from None
+
+
+def _json_problem(exc: orjson.JSONDecodeError) -> str:
+    """orjson's complaint; where it stopped at NaN or Infinity (Python's json writes them), which
+    of them, said plainly. Reads only where parsing stopped: no second parse of the body."""
+    doc, pos = exc.doc, exc.pos
+    for word in ("NaN", "Infinity"):
+        if isinstance(doc, str) and doc.startswith(word, pos):
+            sign = "-" if doc[pos - 1 : pos] == "-" else ""
+            return (
+                f"{sign}{word} is not allowed at line {exc.lineno} column "
+                f"{exc.colno - len(sign)} (JSON has "
+                "no NaN or Infinity; null is a missing value)"
+            )
+    return str(exc)
+
+
+def parse_json_field(text: str, field: str, *, allow_nan: bool = False) -> Any:
+    """A form field's JSON value; else a 400 naming the field and where its text stops being
+    JSON. ``allow_nan``: ``NaN``, ``Infinity`` and ``-Infinity`` are numbers too, as Python's
+    json reads them (a sample of real rows has missing values)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        if not allow_nan:
+            raise BadRequest(f"field {field!r}: not valid JSON: {_json_problem(exc)}") from None
+    try:
+        return loads_with_nan_tokens(text)
+    except ValueError as exc:
+        raise BadRequest(f"field {field!r}: not valid JSON: {exc}") from None
+
+
+def loads_with_nan_tokens(data: bytes | str) -> Any:
+    """JSON in which ``NaN``, ``Infinity`` and ``-Infinity`` are numbers (Python's json and
+    tritonclient write them; orjson refuses them): the second reading of a text orjson refused.
+    Raises ValueError for anything else orjson would refuse, bytes that are not UTF-8 included.
+    """
+    try:
+        doc = json.loads(data.decode() if isinstance(data, bytes) else data)
+        # What Python's json takes beyond those tokens and orjson refuses: escaped lone
+        # surrogates, which no answer or error message quoting them could encode.
+        orjson.dumps(doc)
+    except (ValueError, RecursionError, orjson.JSONEncodeError) as exc:
+        raise ValueError(str(exc)) from None
+    return doc
+
+
+def dumps_keeping_nan(doc: Any) -> bytes:
+    """JSON with NaN and ±Infinity kept as Python's json writes them (orjson writes ``null``):
+    a stored sample reads back (:func:`loads_keeping_nan`) as it was uploaded."""
+    return json.dumps(doc, allow_nan=True, default=_default, separators=(",", ":")).encode()
+
+
+def loads_keeping_nan(data: bytes) -> Any:
+    return json.loads(data)
 
 
 def _decode_json(body: bytes) -> DecodedRequest:
@@ -207,6 +264,37 @@ def parse_outputs(value: Any, *, field: str) -> tuple[str, ...] | None:
     if not names:
         raise BadRequest(f"{field!r} is empty")
     return tuple(dict.fromkeys(names))
+
+
+IGNORED_COLUMNS_HEADER = "Kestrel-Ignored-Columns"
+# A header line stays short whatever a client sends (a row may hold thousands of keys).
+_IGNORED_HEADER_MAX_CHARS = 1024
+_WARNING_MAX_NAMES = 20
+
+
+def ignored_columns_header(names: Sequence[str]) -> str:
+    """``names`` as the ``Kestrel-Ignored-Columns`` value: comma-separated, each percent-encoded
+    (commas and non-ASCII included, so the list splits back unambiguously), as many as fit in
+    1024 characters; the ``warnings`` of a JSON answer count them all."""
+    quoted, size = [], 0
+    for name in names:
+        item = quote(name, safe="")
+        size += len(item) + (1 if quoted else 0)
+        if size > _IGNORED_HEADER_MAX_CHARS:
+            break
+        quoted.append(item)
+    return ",".join(quoted)
+
+
+def ignored_columns_warning(names: Sequence[str]) -> str:
+    """The answer's warning about columns the model does not read (scored past them)."""
+    listed = list(names[:_WARNING_MAX_NAMES])
+    more = f" and {len(names) - len(listed)} more" if len(names) > len(listed) else ""
+    noun = "column" if len(names) == 1 else "columns"
+    return (
+        f"ignored {len(names)} {noun} the model does not read: {listed}{more} "
+        "(strict_columns=true refuses such requests)"
+    )
 
 
 def jsonable(array: np.ndarray | list[np.ndarray]) -> Any:

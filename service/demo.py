@@ -1,8 +1,8 @@
 """``kestrel demo``: fit a small pipeline, compile it with Kestrel, and score with it.
 
 It prints each step and how long it took: fitting with scikit-learn, tracing the whole pipeline
-into a lazy graph, compiling every batch bucket with XLA (or loading them from the disk cache),
-and scoring against scikit-learn with a parity check.
+into a lazy graph, compiling every batch bucket with XLA (or loading them from the disk cache;
+progress on stderr), and scoring against scikit-learn with a parity check.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from sklearn.preprocessing import StandardScaler
 
 import compiler
 import lazy as lz
+from service.terminal import CommandError, LoadDisplay
 
 N_FEATURES = 20
 
@@ -48,14 +49,22 @@ def run_demo(cache_dir: Path | None = None, max_batch: int = 1024) -> int:
         x = x.astype(np.float32)
         pipeline = make_pipeline(StandardScaler(), LogisticRegression(max_iter=500)).fit(x, y)
     cache = lz.ExecutableCache(disk_dir=cache_dir)
-    options = compiler.CompileOptions(max_batch=max_batch, cache=cache)
+    # max_batch is the largest bucket: larger calls run in chunks of max_batch rows.
+    options = compiler.CompileOptions(
+        max_batch=max_batch, call_rows=max_batch, cache=cache, warmup=False
+    )
     with _timed(steps, "trace the pipeline", lambda: _report_line(state["traced"].report)):
         state["traced"] = compiler.trace(pipeline, options=options)
     with _timed(steps, "start the JAX backend", lambda: state["backend"].fingerprint()):
         state["backend"] = lz.get_backend("jax")
-    buckets = len(lz.Buckets(max_batch))
-    with _timed(steps, f"compile + warm {buckets} buckets", lambda: _cache_line(cache)):
-        model = compiler.CompiledModel(state["traced"], options)
+    model = compiler.CompiledModel(state["traced"], options)
+    buckets = model.compiled.bucket_count
+    with (
+        _timed(steps, f"compile + warm {buckets} buckets", lambda: _cache_line(cache)),
+        LoadDisplay(Console(stderr=True)) as display,
+    ):
+        display.show("compiling", 0, buckets)
+        model.compiled.warmup(on_bucket=lambda b: display.show("compiling", b.done, b.total))
     for rows in (1, 1000, 5000):
         batch = x[:rows]
         proba = model.predict_proba(batch)
@@ -67,8 +76,9 @@ def run_demo(cache_dir: Path | None = None, max_batch: int = 1024) -> int:
         agree = np.array_equal(model.predict(batch), pipeline.predict(batch))
         steps.append(("  parity", "", f"max |Δp| = {diff:.1e}, labels agree: {agree}"))
         if not agree or diff > 1e-5:
-            console.print(f"[red]parity check failed for {rows} rows[/red]")
-            return 1
+            raise CommandError(
+                f"parity check failed for {rows} rows: max |Δp| = {diff:.1e}, labels agree: {agree}"
+            )
 
     table = Table(title="Kestrel demo: a scikit-learn pipeline compiled to XLA")
     table.add_column("step")

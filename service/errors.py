@@ -65,6 +65,12 @@ class Conflict(ServiceError):
     status, code = 409, "conflict"
 
 
+class VersionFailed(ServiceError):
+    """Scoring a version that FAILED: unlike 503, retrying the request cannot help."""
+
+    status, code, reason = 409, "version_failed", "not_ready"
+
+
 class PayloadTooLarge(ServiceError):
     status, code, reason = 413, "payload_too_large", "too_large"
 

@@ -65,3 +65,7 @@ def configure(level: str = "info", fmt: str = "text") -> None:
     logging.getLogger("kestrel.access").setLevel(
         logging.DEBUG if level == "debug" else logging.WARNING
     )
+    # JAX reports at info level each platform it probes and does not find ("Unable to
+    # initialize backend 'tpu'" on every machine without one): noise at the top of every log.
+    # Its warnings (a device that fails) still show.
+    logging.getLogger("jax").setLevel(logging.DEBUG if level == "debug" else logging.WARNING)

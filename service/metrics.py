@@ -126,7 +126,7 @@ class Metrics:
         )
         self.in_flight_limit = Gauge(
             "kestrel_scoring_in_flight_limit",
-            "Scoring requests admitted at once before 429 overloaded (adaptive or fixed).",
+            "Scoring requests in progress at once before 429 overloaded (a bound on memory).",
             registry=r,
         )
         self.rejections = Counter(

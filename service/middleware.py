@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from starlette.requests import ClientDisconnect
+from starlette.routing import Mount
 
 from service.admission import Admission, error_response
 from service.errors import PayloadTooLarge, ServiceError
@@ -35,11 +36,11 @@ class ServiceMiddleware:
     """Request ids (``X-Request-ID`` in and out), body size limits, in-flight and duration metrics.
 
     What is decided before routing (:class:`service.admission.Admission`: the request id, the
-    route's body limit, 413 by ``Content-Length``, 401 / 403 by token, 429 when scoring is at its
-    cap) is answered here, before the body is read, in the route's error shape and counted with
-    the route label ``_refused``; a chunked body is counted against the limit as it streams. An
-    exception no handler mapped becomes a JSON 500 with the request id (and the traceback in the
-    log).
+    route's body limit, 413 by ``Content-Length``, 401 / 403 by token, 429 when scoring is
+    overloaded) is answered here, before the body is read, in the route's error shape and counted
+    with the route label ``_refused``; a chunked body is counted against the limit as it streams,
+    and answered 413 on a closed connection as soon as it crosses it. An exception no handler
+    mapped becomes a JSON 500 with the request id (and the traceback in the log).
 
     Load shedding is what keeps admitted requests fast under overload: a rejection must cost far
     less than a prediction, or rejecting alone saturates the event loop and every request waits
@@ -59,7 +60,9 @@ class ServiceMiddleware:
         start = time.perf_counter()
         path = scope["path"]
         admission = self.admission
-        verdict = admission.decide(path, scope["method"], scope["headers"])
+        verdict = admission.decide(
+            path, scope["method"], scope["headers"], scope.get("query_string", b"")
+        )
         rid, limit = verdict.request_id, verdict.limit
         token = request_id_var.set(rid)
         status = 500
@@ -74,25 +77,35 @@ class ServiceMiddleware:
 
         received = 0
         started = False
-
-        body_done: float | None = None  # when the last of the body arrived
+        cut_off = False  # a streamed body crossed the limit: answered 413 here
 
         async def limited_receive() -> Message:
-            nonlocal received, body_done
+            nonlocal received, status, started, cut_off
+            if cut_off:
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if not message.get("more_body", False):
-                    body_done = time.perf_counter()
                 if received > limit:
-                    # Raised inside the app, so its handler answers 413 like any service error.
-                    raise PayloadTooLarge(
-                        f"request body exceeds this route's limit of {limit} bytes"
-                    )
+                    # A body without Content-Length (chunked) past the limit: answered now,
+                    # with the connection closed so that the server stops reading it, whatever
+                    # the app does with a half-read body (a multipart parser would answer 400).
+                    # To the app, the client has left.
+                    cut_off = True
+                    if not started:
+                        err = PayloadTooLarge(
+                            f"request body exceeds this route's limit of {limit} bytes"
+                        )
+                        err.headers = {"connection": "close"}
+                        await _send_error(send, rid, path, err)
+                        status, started = err.status, True
+                    return {"type": "http.disconnect"}
             return message
 
         async def send_with_id(message: Message) -> None:
             nonlocal status, started
+            if cut_off:  # the app's answer to a request already answered
+                return
             if message["type"] == "http.response.start":
                 status, started = message["status"], True
                 headers = list(message.get("headers", []))
@@ -105,13 +118,14 @@ class ServiceMiddleware:
         in_flight = metrics.in_flight_count(kind)
         in_flight.n += 1
         if scoring:
-            load.enter()
+            load.enter(verdict.model)
         try:
             await self.app(scope, limited_receive, send_with_id)
         except ClientDisconnect:
             # The client left before sending its whole body: there is nobody to answer, and it
             # is not the server's error. Counted as 499, nginx's "client closed request".
-            status = CLIENT_CLOSED_REQUEST
+            if not cut_off:  # else the 413 above stands: the app saw the disconnect it was given
+                status = CLIENT_CLOSED_REQUEST
         except Exception as exc:
             # Starlette would answer a plain-text 500 without the request id; the handlers map
             # every known error, so this is a bug: log it whole and say where to look.
@@ -123,12 +137,11 @@ class ServiceMiddleware:
             in_flight.n -= 1
             end = time.perf_counter()
             if scoring:
-                # The adaptive limit learns from the time a request took once its body was in:
-                # a slow upload is the client's pace, not the server's load.
-                handled = end - (body_done or start) if status < 400 else None
-                load.leave(handled)
+                load.leave(verdict.model)
             route = _route(scope)
             model = admission.model_label(scope.get("path_params", {}).get("name"))
+            if cut_off:
+                metrics.child(metrics.rejections, model, PayloadTooLarge.reason).inc()
             elapsed = end - start
             requests, seconds = metrics.request_children(model, route, status)
             requests.inc()
@@ -149,8 +162,25 @@ CLIENT_CLOSED_REQUEST = 499
 
 
 def _route(scope: Scope) -> str:
+    """The template of the route that answered, or ``unmatched`` if none did.
+
+    FastAPI records its own routes in the scope. Of the Starlette routes it also dispatches
+    (FastAPI's ``/openapi.json``, the mount of the docs' assets) only the endpoint is left, so the
+    route is found again among the router's: few requests take that way, none of them scoring.
+    """
     route = scope.get("route")
-    return getattr(route, "path", None) or "unmatched"
+    if route is not None:
+        return getattr(route, "path", None) or "unmatched"
+    endpoint = scope.get("endpoint")
+    if endpoint is not None:
+        for candidate in getattr(scope.get("router"), "routes", ()):
+            if isinstance(candidate, Mount):
+                answered = candidate.app
+            else:
+                answered = getattr(candidate, "endpoint", None)
+            if answered is endpoint:
+                return candidate.path_format
+    return "unmatched"
 
 
 async def _send_error(send: Send, rid: str, path: str, err: ServiceError) -> None:

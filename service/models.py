@@ -9,23 +9,24 @@ Every READY version has its own batcher and device thread.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import enum
 import logging
 import math
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
-import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 import compiler
 import lazy as lz
 from compiler.options import TreeStrategy
-from service import artifacts, gcpolicy, parity
+from service import artifacts, codecs, gcpolicy, parity
+from service.admission import ScoringLoad
 from service.batcher import Batcher, BatchInfo
 from service.errors import (
     BadRequest,
@@ -34,9 +35,11 @@ from service.errors import (
     ModelRejected,
     NotFound,
     NotReady,
+    VersionFailed,
     http_error_for,
 )
 from service.metrics import Metrics
+from service.queue_delay import QueueDelay
 from service.settings import Settings
 from service.store import Manifest, ModelStore, VersionRecord, validate_name
 
@@ -52,6 +55,32 @@ class State(enum.StrEnum):
     READY = "READY"
     FAILED = "FAILED"
     RETIRED = "RETIRED"  # stored but not loaded: replaced by a newer version
+
+
+class Phase(enum.StrEnum):
+    """What a LOADING version is doing now."""
+
+    QUEUED = "queued"  # waiting for the loader thread, which runs one load at a time
+    COMPILING = "compiling"  # compile (or load from the cache) and warm up each bucket
+    PARITY = "parity"  # check the compiled model against the source model
+    STORING = "storing"  # write the upload to the store and commit it
+
+
+@dataclass(frozen=True)
+class LoadProgress:
+    """How far a load has got: the loader thread replaces it whole, so a reader on the event
+    loop always sees one consistent snapshot."""
+
+    phase: Phase
+    buckets_done: int = 0
+    buckets_total: int | None = None  # None until the graphs are built
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "phase": self.phase.value,
+            "buckets_done": self.buckets_done,
+            "buckets_total": self.buckets_total,
+        }
 
 
 class ModelOptions(BaseModel):
@@ -89,6 +118,7 @@ class ModelVersion:
     error: str | None = None
     model: compiler.CompiledModel | None = None
     batcher: Batcher | None = None
+    delay: QueueDelay | None = None  # its queue's standing delay, for load shedding
     framework: dict[str, str] = field(default_factory=dict)
     parity: dict[str, Any] | None = None
     load_seconds: float | None = None
@@ -104,6 +134,7 @@ class ModelVersion:
     # registration fails before its commit, so a failed try uses up no version number.
     reserved: str | None = None
     retry_at: float = 0.0  # time.monotonic() after which a replica sync may retry the reload
+    progress: LoadProgress | None = None  # while LOADING: the load's phase and buckets warmed
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -122,11 +153,14 @@ class ModelVersion:
             out["error"] = self.error
         if self.failed_loads:
             out["failed_loads"] = self.failed_loads
+        if self.state is State.LOADING and self.progress is not None:
+            out["progress"] = self.progress.as_dict()
         if self.model is not None:
             out["schema"] = self.model.schema.as_dict()
             out["report"] = self.model.report.as_dict()
             out["methods"] = list(self.model.methods)
             graphs = getattr(getattr(self.model, "compiled", None), "graphs", [])
+            out["buckets"] = sorted({size for g in graphs for size in g.buckets.sizes})
             # Small buckets warm-up found faster as numpy on the host than as a device call.
             out["host_buckets"] = sorted(
                 {p.bucket for g in graphs for p in g.placements.values() if p.runs_on == "host"}
@@ -142,6 +176,7 @@ class Prediction:
     outputs: dict[str, np.ndarray]
     rows: int
     decode_s: float  # host decode of the outputs; the route adds its rendering and records it
+    ignored: tuple[str, ...] = ()  # the request's columns the model does not read
 
 
 class ModelManager:
@@ -153,11 +188,14 @@ class ModelManager:
         store: ModelStore,
         metrics: Metrics,
         cache: lz.ExecutableCache,
+        scoring_load: ScoringLoad | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.metrics = metrics
         self.cache = cache
+        # Admission's view of the serving versions' queues (service/queue_delay.py).
+        self.scoring_load = scoring_load or ScoringLoad(settings.max_in_flight)
         self._versions: dict[str, dict[str, ModelVersion]] = {}
         self._current: dict[str, str] = {}
         self._generation = -1  # the manifest generation sync() last applied
@@ -196,7 +234,7 @@ class ModelManager:
 
     def versions(self, name: str) -> list[ModelVersion]:
         if name not in self._versions:
-            raise NotFound(f"no model named {name!r}; registered: {self.names()}")
+            raise self._no_model(name)
         return sorted(self._versions[name].values(), key=lambda v: _version_key(v.version))
 
     def current(self, name: str) -> ModelVersion | None:
@@ -207,7 +245,7 @@ class ModelManager:
         """The version to describe (any state); the current one when ``version`` is None."""
         versions = self._versions.get(name)
         if versions is None:
-            raise NotFound(f"no model named {name!r}; registered: {self.names()}")
+            raise self._no_model(name)
         if version is None:
             current = self.current(name)
             if current is not None:
@@ -218,12 +256,55 @@ class ModelManager:
         return versions[version]
 
     def serving(self, name: str, version: str | None = None) -> ModelVersion:
-        """A READY version that can score now, or NotFound / NotReady."""
+        """A READY version that can score now; else NotFound, VersionFailed (it FAILED: retrying
+        cannot help) or NotReady (loading, shutting down, or retried by a replica sync)."""
+        mv = self.answering(name, version)
+        if mv.state is State.READY and mv.batcher is not None:
+            return mv
+        raise self.not_serving(mv)
+
+    def answering(self, name: str, version: str | None = None) -> ModelVersion:
+        """The version a request about ``name`` (and ``version``) concerns: that version, else
+        the current one; with none current, one still loading (it soon serves: 503, not the 409
+        of a FAILED newest), else the newest."""
         mv = self.lookup(name, version)
-        if mv.state is not State.READY or mv.batcher is None:
-            detail = f": {mv.error}" if mv.error else ""
-            raise NotReady(f"model {name!r} version {mv.version} is {mv.state.value}{detail}")
+        if version is None and mv.state is not State.READY:
+            mv = next((v for v in self.versions(name) if v.state is State.LOADING), mv)
         return mv
+
+    def not_serving(self, mv: ModelVersion) -> VersionFailed | NotReady:
+        """Why ``mv`` cannot score now, as the error to answer."""
+        where = f"model {mv.name!r} version {mv.version}"
+        if mv.state is State.FAILED:
+            if mv.record is not None and self.settings.poll_interval_s > 0:
+                # A stored version that failed to load here: a replica sync retries it.
+                wait_s = max(1.0, mv.retry_at - time.monotonic())
+                return NotReady(
+                    f"{where} FAILED to load on this replica ({mv.error}); it is retried in "
+                    f"{wait_s:.0f} s",
+                    wait_s,
+                )
+            return VersionFailed(f"{where} FAILED and cannot serve: {mv.error}")
+        detail = f": {mv.error}" if mv.error else ""
+        return NotReady(f"{where} is {mv.state.value}{detail}")
+
+    def _no_model(self, name: str) -> NotFound:
+        """No model ``name``: the message lists the models that can serve (and, apart, those
+        whose versions all FAILED), and the closest name if ``name`` looks like a typo."""
+        names = self.names()
+        ready = [n for n in names if self.current(n) is not None]
+        failed = [
+            n
+            for n in names
+            if self.current(n) is None
+            and any(v.state is State.FAILED for v in self._versions[n].values())
+        ]
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        message = f"no model named {name!r}{hint}; ready: {_some(ready)}"
+        if failed:
+            message += f"; failed, none ready: {_some(failed)}"
+        return NotFound(message)
 
     def is_ready(self) -> bool:
         return self.recovered.is_set()
@@ -237,8 +318,12 @@ class ModelManager:
         *,
         outputs: tuple[str, ...] | None,
         deadline: float | None,
+        strict_columns: bool = False,
     ) -> Prediction:
-        """Encode ``data``, batch it with other requests, decode the heads asked for."""
+        """Encode ``data``, batch it with other requests, decode the heads asked for.
+
+        Columns of ``data`` the model does not read are scored past and named in
+        :attr:`Prediction.ignored`, or, with ``strict_columns``, refused (422)."""
         mv = self.serving(name, version)
         for attempt in range(3):
             model, batcher = mv.model, mv.batcher
@@ -246,9 +331,9 @@ class ModelManager:
             wanted = _select_outputs(model, outputs)
             t0 = time.perf_counter()
             if _row_count(data) > OFF_LOOP_ROWS:  # big decodes would stall every other request
-                feed, rows = await asyncio.to_thread(model.encode, data)
+                feed, rows, ignored = await asyncio.to_thread(_encode, model, data, strict_columns)
             else:
-                feed, rows = model.encode(data)
+                feed, rows, ignored = _encode(model, data, strict_columns)
             metrics = self.metrics
             metrics.child(metrics.codec_seconds, name, mv.version, "decode").observe(
                 time.perf_counter() - t0
@@ -268,7 +353,7 @@ class ModelManager:
             answered = {k: raw[k] for k in wanted}
             _reject_overflow(feed, answered, mv.options.dtype)  # only heads the client sees
             decoded = model.decode(answered)
-            return Prediction(mv, decoded, rows, time.perf_counter() - t0)
+            return Prediction(mv, decoded, rows, time.perf_counter() - t0, ignored)
         raise NotReady(f"model {name!r} is being replaced; retry")
 
     # -- registration ----------------------------------------------------------------------------
@@ -296,7 +381,10 @@ class ModelManager:
             if upload.version is not None:
                 version = upload.version
                 if version in taken:
-                    raise Conflict(f"model {upload.name!r} already has version {version!r}")
+                    raise Conflict(
+                        f"model {upload.name!r} already has version {version!r} (leave "
+                        "'version' out to number the upload automatically)"
+                    )
             else:
                 # Versions still LOADING are not in the store yet: number past them too.
                 stored = int(await loop.run_in_executor(None, self.store.next_version, upload.name))
@@ -305,6 +393,7 @@ class ModelManager:
                 reserved = str(stored)
             mv = ModelVersion(upload.name, version, loaded.format, upload.filename, upload.options)
             mv.framework = loaded.framework
+            mv.progress = LoadProgress(Phase.QUEUED)
             mv.reserved = reserved
             self._versions.setdefault(upload.name, {})[version] = mv
         work = loop.run_in_executor(self._loader, self._build, mv, loaded.estimator, upload)
@@ -340,11 +429,13 @@ class ModelManager:
     def _build(self, mv: ModelVersion, estimator: Any, upload: Upload) -> VersionRecord:
         """Compile, warm, check parity, then store the blobs. Blocking; on the loader thread."""
         self._compile(mv, estimator, upload.sample)
+        if mv.progress is not None:
+            mv.progress = replace(mv.progress, phase=Phase.STORING)
         artifact = self.store.put_blob(upload.data)
         sample = None
         if upload.sample is not None:
-            encoded = orjson.dumps(upload.sample, option=orjson.OPT_SERIALIZE_NUMPY)
-            sample = self.store.put_blob(encoded)
+            # NaN kept: the sample's missing values mean the same on every reload.
+            sample = self.store.put_blob(codecs.dumps_keeping_nan(upload.sample))
         return VersionRecord(
             name=mv.name,
             version=mv.version,
@@ -434,22 +525,36 @@ class ModelManager:
                 self._floor = max(self._floor, manifest.generation)
 
     def _compile(self, mv: ModelVersion, estimator: Any, sample: Any) -> None:
-        """Compile every bucket (or load it from the disk cache), run it, check parity. Blocking."""
+        """Compile every bucket (or load it from the disk cache), run it, check parity. Blocking.
+        ``mv.progress`` follows along, for clients polling the version."""
+        mv.progress = LoadProgress(Phase.COMPILING)
         opts = mv.options
+        max_batch = opts.max_batch or self.settings.max_batch
         options = compiler.CompileOptions(
             dtype=opts.dtype,
             tree_strategy=opts.tree_strategy,
             methods=tuple(opts.methods) if opts.methods else None,
-            max_batch=opts.max_batch or self.settings.max_batch,
+            max_batch=max_batch,
+            # The batcher never hands the model a batch of more rows than max_batch: larger
+            # buckets would be compiled at warm-up and never run.
+            call_rows=max_batch,
             allow_host_steps=self._allow_host_steps,
             cache=self.cache,
-            warmup=True,
+            warmup=False,  # below, bucket by bucket
         )
         schema_sample = None
         if sample is not None:
             schema = compiler.trace(estimator, options=self._trace_options(opts)).schema
             schema_sample = parity.source_input(schema, sample)
         model = compiler.compile(estimator, sample=schema_sample, options=options)
+        total = model.compiled.bucket_count
+        mv.progress = LoadProgress(Phase.COMPILING, 0, total)
+
+        def warmed(bucket: lz.WarmedBucket) -> None:
+            mv.progress = LoadProgress(Phase.COMPILING, bucket.done, total)
+
+        model.compiled.warmup(on_bucket=warmed)
+        mv.progress = LoadProgress(Phase.PARITY, total, total)
         result = parity.gate(
             estimator,
             model,
@@ -491,6 +596,11 @@ class ModelManager:
         name, version = mv.name, mv.version
 
         def on_batch(info: BatchInfo) -> None:
+            if info.queue_s:
+                waiting = batcher.queued_rows > 0
+                delay.observe(
+                    min(info.queue_s), waiting=waiting, rows=info.rows, parts=info.requests
+                )
             m = self.metrics
             if info.error is not None:  # its waiters get the error; nothing was computed
                 m.rejections.labels(name, "failed_batch").inc(info.requests)
@@ -507,7 +617,7 @@ class ModelManager:
             for q in info.queue_s:
                 queue_seconds.observe(q)
 
-        mv.batcher = Batcher(
+        mv.batcher = batcher = Batcher(
             mv.model.run_encoded,
             max_batch_rows=buckets.max_batch,
             max_queue_rows=self.settings.max_queue_rows,
@@ -515,7 +625,13 @@ class ModelManager:
             max_wait_s=self.settings.batch_wait_ms / 1e3,
             on_batch=on_batch,
         )
-        mv.batcher.start()
+        mv.delay = delay = self.scoring_load.track(
+            name,
+            target_s=self.settings.queue_delay_target_ms / 1e3,
+            interval_s=self.settings.queue_delay_interval_ms / 1e3,
+            batch_rows=buckets.max_batch,
+        )
+        batcher.start()
         gcpolicy.settle()
         mv.state = State.READY
         self._current[mv.name] = mv.version
@@ -541,7 +657,9 @@ class ModelManager:
         batcher, executor, state = mv.batcher, mv.executor, mv.state
         if state is State.READY:
             mv.state = State.RETIRED
-        mv.batcher, mv.model, mv.executor = None, None, None
+        if mv.delay is not None:  # a no-op once a newer version of the model is tracked
+            self.scoring_load.untrack(mv.name, mv.delay)
+        mv.batcher, mv.model, mv.executor, mv.delay = None, None, None, None
         if batcher is not None:
             await batcher.close(drain=True)
         if executor is not None:
@@ -567,7 +685,7 @@ class ModelManager:
         async with self._sync_lock:
             versions = self._versions.get(name)
             if versions is None:
-                raise NotFound(f"no model named {name!r}; registered: {self.names()}")
+                raise self._no_model(name)
             if version is not None and version not in versions:
                 raise NotFound(f"model {name!r} has no version {version!r}")
             manifest = None
@@ -694,6 +812,7 @@ class ModelManager:
         """Load a stored version (disk cache when warm) and make it current, as of ``generation``."""
         assert mv.record is not None
         mv.state, mv.error, mv.done = State.LOADING, None, asyncio.Event()
+        mv.progress = LoadProgress(Phase.QUEUED)
         mv.generation = generation
         work = asyncio.get_running_loop().run_in_executor(self._loader, self._reload, mv, mv.record)
         await self._finish(mv, work, commit=False)
@@ -731,7 +850,9 @@ class ModelManager:
 
     def _reload(self, mv: ModelVersion, record: VersionRecord) -> VersionRecord:
         data = self.store.get_blob(record.artifact)
-        sample = orjson.loads(self.store.get_blob(record.sample)) if record.sample else None
+        sample = (
+            codecs.loads_keeping_nan(self.store.get_blob(record.sample)) if record.sample else None
+        )
         loaded = artifacts.load_artifact(
             data,
             filename=record.filename,
@@ -760,6 +881,29 @@ class ModelManager:
         for task in list(self._tasks):
             task.cancel()
         self._loader.shutdown(wait=False, cancel_futures=True)
+
+
+def _encode(
+    model: compiler.CompiledModel, data: Any, strict_columns: bool
+) -> tuple[dict[str, np.ndarray], int, tuple[str, ...]]:
+    """``model.encode(data)``, and the columns of ``data`` it does not read (every row's, and
+    refused, under ``strict_columns``)."""
+    feed, rows = model.encode(data)
+    ignored = model.schema.extra_columns(data, every_row=strict_columns)
+    if ignored and strict_columns:
+        reads = model.schema.names
+        noun = "column" if len(ignored) == 1 else "columns"
+        raise InvalidInput(
+            f"strict_columns: the model does not read {noun} {_some(list(ignored))}; it reads "
+            f"{_some(reads)}"
+        )
+    return feed, rows, ignored
+
+
+def _some(names: list[str], limit: int = 20) -> str:
+    """``names`` for a message: the first ``limit`` of them, and how many more."""
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return f"{names[:limit]}{more}"
 
 
 def _row_count(data: Any) -> int:

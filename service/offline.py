@@ -1,7 +1,8 @@
 """``kestrel compile FILE``: what registration would do, offline, with a timing per bucket.
 
-Loads the file through the same trust boundary as an upload, traces it, compiles every bucket
-under a progress bar, checks parity against the source, and prints the compile report.
+Loads the file through the same trust boundary as an upload, traces it, compiles and warms up
+every bucket (progress on stderr), checks parity against the source, and prints the compile
+report (``as_json``: as one JSON document). Failures raise :class:`CommandError`.
 """
 
 from __future__ import annotations
@@ -9,10 +10,10 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import orjson
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 import compiler
@@ -20,6 +21,7 @@ import lazy as lz
 from service import artifacts, parity
 from service.artifacts.skops_trust import HOST_STEP_SETTING
 from service.settings import Settings
+from service.terminal import CommandError, LoadDisplay, joined, parse_json, read_file
 
 
 def compile_file(
@@ -32,79 +34,120 @@ def compile_file(
     cache_dir: Path | None = None,
     allow_pickle: bool = False,
     host_step_modules: Sequence[str] | None = None,
+    as_json: bool = False,
     console: Console | None = None,
+    progress: Console | None = None,
 ) -> int:
     """``host_step_modules``: the modules whose functions and classes a skops file may reference,
     run as host steps (None: the service's setting, ``KESTREL_HOST_STEP_MODULES``); as in the
-    service, steps run on the host only when some module is trusted."""
+    service, steps run on the host only when some module is trusted. ``max_batch`` is the largest
+    bucket compiled: larger calls run in chunks of ``max_batch`` rows. ``console``: the report
+    (default stdout); ``progress``: the live progress (default stderr)."""
     console = console or Console(width=120)
     if host_step_modules is None:
         host_step_modules = Settings().host_step_modules
+    data = read_file(path)
+    rows = None
+    if sample is not None:
+        rows = parse_json(read_file(sample, "--sample"), f"--sample {sample}", allow_nan=True)
     try:
         loaded = artifacts.load_artifact(
-            path.read_bytes(),
+            data,
             filename=path.name,
             allow_pickle=allow_pickle,
             host_step_modules=host_step_modules,
         )
     except artifacts.ArtifactError as exc:
-        console.print(f"[red]cannot load {path}: {exc}[/red]")
-        return 1
+        raise CommandError(f"cannot load {path}: {joined(str(exc))}") from None
     estimator = loaded.estimator
     cache = lz.ExecutableCache(disk_dir=cache_dir)
     options = compiler.CompileOptions(
         dtype=dtype,  # type: ignore[arg-type]
         tree_strategy=tree_strategy,  # type: ignore[arg-type]
         max_batch=max_batch,
+        call_rows=max_batch,
         allow_host_steps=bool(host_step_modules),
         cache=cache,
-        warmup=False,
+        warmup=False,  # below, bucket by bucket under the progress display
     )
-    rows = orjson.loads(sample.read_bytes()) if sample else None
     t0 = time.perf_counter()
     try:
         schema = compiler.trace(estimator, options=options).schema
-        source_rows = parity.source_input(schema, rows) if rows is not None else None
+        source_rows = _source_rows(schema, rows, sample) if rows is not None else None
         traced = compiler.trace(estimator, sample=source_rows, options=options)
     except compiler.CompilerError as exc:
-        console.print(f"[red]cannot compile {type(estimator).__name__}: {exc}[/red]")
+        message = f"cannot compile {type(estimator).__name__}: {exc}"
         if not host_step_modules and "host step" in str(exc):
-            _fail(
-                console,
-                f"host steps are off: {HOST_STEP_SETTING} lists no trusted module (steps the "
-                "compiler cannot convert run on the host only for modules listed there)",
+            message += (
+                f"; host steps are off: {HOST_STEP_SETTING} lists no trusted module (steps the "
+                "compiler cannot convert run on the host only for modules listed there)"
             )
-        return 1
+        raise CommandError(message) from None
     trace_s = time.perf_counter() - t0
     model = compiler.CompiledModel(traced, options)
-    graphs = model.compiled.graphs
-    timings: list[tuple[int, int, float]] = []
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=console, transient=True) as progress:
-        total = sum(len(g.buckets) for g in graphs)
-        task = progress.add_task("compiling buckets", total=total)
-        for gi, graph in enumerate(graphs):
-            for index, bucket in enumerate(graph.buckets.sizes):
-                progress.update(task, description=f"graph {gi} · bucket {bucket}")
-                b0 = time.perf_counter()
-                graph.warm_bucket(index)
-                timings.append((gi, bucket, time.perf_counter() - b0))
-                progress.advance(task)
-            graph.ready = True
+    warmed: list[lz.WarmedBucket] = []
+    defaults = Settings()
+    with LoadDisplay(progress or Console(stderr=True)) as display:
+        display.show("compiling", 0, model.compiled.bucket_count)
 
-    report = traced.report.as_dict()
+        def on_bucket(bucket: lz.WarmedBucket) -> None:
+            warmed.append(bucket)
+            display.show("compiling", bucket.done, bucket.total)
+
+        model.compiled.warmup(on_bucket=on_bucket)
+        display.show("parity")
+        try:
+            result = parity.gate(
+                estimator,
+                model,
+                source_rows,
+                synthetic_rows=defaults.parity_rows,
+                probe_rows=defaults.parity_probe_rows,
+                rtol=defaults.parity_rtol,
+                atol=defaults.parity_atol,
+            )
+        except Exception as exc:  # the source refused the rows, or no rows could be made for it
+            raise CommandError(f"parity check failed: {type(exc).__name__}: {exc}") from None
+
+    report = {
+        "file": str(path),
+        "estimator": type(estimator).__name__,
+        "format": loaded.format,
+        "trace_seconds": trace_s,
+        "report": traced.report.as_dict(),
+        "buckets": [{"graph": b.graph, "bucket": b.bucket, "seconds": b.seconds} for b in warmed],
+        "compiled": cache.stats.total_compiles,
+        "loaded_from_disk": cache.stats.disk_hits,
+        "parity": result.as_dict(),
+    }
+    if as_json:
+        print(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+    else:
+        _print_report(console, report)
+    if not result.ok:
+        raise CommandError(
+            f"parity check failed on {result.source} and probe rows: {result.problem}"
+        )
+    return 0
+
+
+def _source_rows(schema: compiler.InputSchema, rows: Any, sample: Path | None) -> Any:
+    """The sample's rows as the source model takes them; a CommandError if they don't fit."""
+    try:
+        return parity.source_input(schema, rows)
+    except (compiler.CompilerError, ValueError, TypeError) as exc:
+        raise CommandError(f"--sample {sample}: {exc}") from None
+
+
+def _print_report(console: Console, report: dict[str, Any]) -> None:
     console.print(
-        f"[bold]{type(estimator).__name__}[/bold] ({loaded.format}) traced in {trace_s:.2f} s"
+        f"[bold]{report['estimator']}[/bold] ({report['format']}) traced in "
+        f"{report['trace_seconds']:.2f} s"
     )
     steps = Table(title="compile report")
     for col in ("step", "estimator", "where", "notes"):
         steps.add_column(col)
-    for step in report.get("steps", []):
+    for step in report["report"].get("steps", []):
         steps.add_row(
             str(step.get("path", "")),
             str(step.get("estimator", "")),
@@ -115,39 +158,17 @@ def compile_file(
     buckets = Table(title="buckets")
     for col in ("graph", "bucket", "seconds"):
         buckets.add_column(col, justify="right")
-    for gi, bucket, seconds in timings:
-        buckets.add_row(str(gi), str(bucket), f"{seconds:.3f}")
+    for b in report["buckets"]:
+        buckets.add_row(str(b["graph"]), str(b["bucket"]), f"{b['seconds']:.3f}")
     console.print(buckets)
-    s = cache.stats
     console.print(
-        f"{s.total_compiles} compiled, {s.disk_hits} loaded from disk; "
-        f"graph {report.get('graph_nodes')} nodes"
+        f"{len(report['buckets'])} buckets: {report['compiled']} compiled, "
+        f"{report['loaded_from_disk']} loaded from disk; "
+        f"graph {report['report'].get('graph_nodes')} nodes"
     )
-    defaults = Settings()
-    try:
-        result = parity.gate(
-            estimator,
-            model,
-            source_rows,
-            synthetic_rows=defaults.parity_rows,
-            probe_rows=defaults.parity_probe_rows,
-            rtol=defaults.parity_rtol,
-            atol=defaults.parity_atol,
+    result = report["parity"]
+    if result["ok"]:
+        console.print(
+            f"parity with the source on {result['rows'] - result['probes']} {result['source']} "
+            f"rows and {result['probes']} probe rows: ok"
         )
-    except Exception as exc:  # the source refused the rows, or no rows could be made for it
-        _fail(console, f"parity check failed: {type(exc).__name__}: {exc}")
-        return 1
-    if not result.ok:
-        _fail(console, f"parity check failed on {result.source} and probe rows: {result.problem}")
-        return 1
-    console.print(
-        f"parity with the source on {result.rows - result.probes} {result.source} rows and "
-        f"{result.probes} probe rows: ok"
-    )
-    return 0
-
-
-def _fail(console: Console, message: str) -> None:
-    """One line (not wrapped, no markup read from ``message``), no traceback."""
-    first = (message.strip().splitlines() or [message])[0]  # XGBoost appends a native trace
-    console.print(first, style="red", markup=False, highlight=False, soft_wrap=True)

@@ -43,13 +43,16 @@ ERROR_DESCRIPTIONS: dict[int, str] = {
     403: "The token sent is not valid for this route, or the upload is not allowed",
     404: "No such model or version, or no such route",
     405: "The route does not accept this method",
-    409: "The version already exists",
-    413: "The body exceeds the route's limit, or the request has more rows than the queue holds",
+    409: "Conflict: the version already exists (registration), or the model version FAILED and "
+    "cannot serve, so a retry cannot help (the message says why it failed)",
+    413: "The body exceeds the route's limit (one without Content-Length as soon as it crosses "
+    "it; the connection is then closed), or the request has more rows than the queue holds",
     415: "Unsupported Content-Type",
     422: "Well-formed request that the model (or the registration) cannot accept",
     429: "Too many requests (model queue full, or server at its in-flight limit): retry after "
     "Retry-After seconds",
-    503: "The model version is not ready (loading, failed or shutting down)",
+    503: "The model version is not ready yet (loading, shutting down, or a stored version this "
+    "replica failed to load and retries): retry after Retry-After seconds",
     504: "The request's deadline passed before it was computed",
 }
 _ERROR_HEADERS: dict[int, dict[str, Any]] = {
@@ -61,12 +64,18 @@ _ERROR_HEADERS: dict[int, dict[str, Any]] = {
             "schema": {"type": "integer", "minimum": 1},
         }
     },
+    503: {
+        "Retry-After": {
+            "description": "seconds to wait before retrying",
+            "schema": {"type": "integer", "minimum": 1},
+        }
+    },
 }
 
 # Status groups shared by routes (each route adds what only it can answer).
 AUTH = (401, 403)
-SCORING = (400, 401, 403, 404, 413, 415, 422, 429, 503, 504)
-V2_INFER = (400, 401, 403, 404, 413, 422, 429, 503, 504)
+SCORING = (400, 401, 403, 404, 409, 413, 415, 422, 429, 503, 504)
+V2_INFER = (400, 401, 403, 404, 409, 413, 422, 429, 503, 504)
 
 
 def errors(*statuses: int, v2: bool = False) -> dict[int | str, dict[str, Any]]:
@@ -113,6 +122,15 @@ class ModelList(BaseModel):
     models: list[ModelSummary]
 
 
+class LoadProgress(BaseModel):
+    phase: Literal["queued", "compiling", "parity", "storing"] = Field(
+        description="waiting for the loader, compiling (and warming up) buckets, checking "
+        "parity, or storing the upload"
+    )
+    buckets_done: int = Field(description="buckets compiled (or loaded) and warmed up so far")
+    buckets_total: int | None = Field(description="buckets to warm up; null until known")
+
+
 class VersionDescription(BaseModel):
     """One version: state, options, parity result and, once compiled, its input schema."""
 
@@ -130,9 +148,11 @@ class VersionDescription(BaseModel):
     load_seconds: float | None
     error: str | None = Field(None, description="why the version FAILED")
     failed_loads: int | None = None
+    progress: LoadProgress | None = Field(None, description="while LOADING: how far it has got")
     input_schema: dict[str, Any] | None = Field(None, alias="schema")
     report: dict[str, Any] | None = None
     methods: list[str] | None = None
+    buckets: list[int] | None = Field(None, description="the batch sizes compiled")
     classes: list[Any] | None = None
 
 
@@ -150,6 +170,9 @@ class Prediction(BaseModel):
     version: str = Field(description="the version that computed every row of this response")
     rows: int
     outputs: dict[str, list[Any]] = Field(description="one list per output (method), row order")
+    warnings: list[str] | None = Field(
+        None, description="what was scored past: columns the model does not read"
+    )
 
 
 _ROWS: dict[str, Any] = {
@@ -183,6 +206,26 @@ _PREDICT_OBJECT: dict[str, Any] = {
 }
 _BINARY: dict[str, Any] = {"schema": {"type": "string", "format": "binary"}}
 
+_STRICT_COLUMNS: dict[str, Any] = {
+    "name": "strict_columns",
+    "in": "query",
+    "required": False,
+    "description": "refuse (422) a request with columns the model does not read, naming them; "
+    "default: the server's KESTREL_STRICT_COLUMNS (off: scored, and named in the "
+    f"{codecs.IGNORED_COLUMNS_HEADER} header)",
+    "schema": {"type": "boolean"},
+}
+_IGNORED_COLUMNS: dict[str, Any] = {
+    codecs.IGNORED_COLUMNS_HEADER: {
+        "description": "columns of the request the model does not read (scored past them): "
+        "comma-separated, each percent-encoded, as many as fit in 1024 characters",
+        "schema": {"type": "string"},
+    }
+}
+PREDICTION_OK: dict[int | str, dict[str, Any]] = {
+    200: {"model": Prediction, "description": "Success", "headers": _IGNORED_COLUMNS}
+}
+
 PREDICT_EXTRA: dict[str, Any] = {
     "parameters": [
         {
@@ -199,6 +242,7 @@ PREDICT_EXTRA: dict[str, Any] = {
             "description": "comma-separated outputs (methods) to return",
             "schema": {"type": "string"},
         },
+        _STRICT_COLUMNS,
     ],
     "requestBody": {
         "required": True,
@@ -252,7 +296,7 @@ class ModelReady(BaseModel):
 class TensorMetadata(BaseModel):
     name: str
     datatype: str
-    shape: list[int] = Field(description="-1 for a dimension of any size")
+    shape: list[int] = Field(description="-1: the batch dimension, any number of rows")
 
 
 class ModelMetadata(BaseModel):
@@ -267,7 +311,11 @@ class OutputTensor(BaseModel):
     name: str
     datatype: str
     shape: list[int]
-    data: list[Any] | None = Field(None, description="absent when sent as binary data")
+    data: list[Any] | None = Field(
+        None,
+        description="absent when sent as binary data; a float tensor's NaN and ±inf are the "
+        "tokens NaN, Infinity and -Infinity, as Triton writes them",
+    )
     parameters: dict[str, Any] | None = Field(None, description="binary_data_size")
 
 
@@ -298,7 +346,11 @@ _TENSOR_IN: dict[str, Any] = {
         "name": {"type": "string"},
         "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
         "datatype": {"enum": V2_DATATYPES},
-        "data": {"type": "array"},
+        "data": {
+            "type": "array",
+            "description": "the values in row-major order; a float tensor's NaN and ±inf may be "
+            "the bare tokens NaN, Infinity and -Infinity, as tritonclient writes them",
+        },
         "parameters": {
             "type": "object",
             "properties": {"binary_data_size": {"type": "integer", "minimum": 0}},
@@ -348,7 +400,8 @@ INFER_EXTRA: dict[str, Any] = {
             "required": False,
             "description": _HEADER_LENGTH_DOC,
             "schema": {"type": "integer", "minimum": 1},
-        }
+        },
+        _STRICT_COLUMNS,
     ],
     "requestBody": {
         "required": True,
@@ -367,7 +420,8 @@ INFER_OK: dict[int | str, dict[str, Any]] = {
             "Inference-Header-Content-Length": {
                 "description": _HEADER_LENGTH_DOC,
                 "schema": {"type": "integer"},
-            }
+            },
+            **_IGNORED_COLUMNS,
         },
     }
 }

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 import compiler
+from compiler.schema import describe_mismatch
 
 from . import parity_probes
 
@@ -230,17 +231,36 @@ def gate(
 
 
 def _check_columns(schema: compiler.InputSchema, sample: Any) -> None:
+    """Dict rows and columns must name every column of the schema, array rows hold one value
+    per column: else an error naming the sample's row, its unknown keys and what it lacks."""
     if isinstance(sample, dict):
-        keys = [set(sample)]
+        keyed = [list(sample)]
     elif isinstance(sample, list) and sample and isinstance(sample[0], dict):
-        keys = [set(row) for row in sample]
+        keyed = [list(row) for row in sample]
     else:
+        if isinstance(sample, list) and sample and isinstance(sample[0], list):
+            n = len(schema.columns)
+            bad = next(
+                (i for i, row in enumerate(sample) if not isinstance(row, list) or len(row) != n),
+                None,
+            )
+            if bad is not None:
+                row = sample[bad]
+                has = f"{len(row)} values" if isinstance(row, list) else f"a {type(row).__name__}"
+                more = f" and {n - 10} more" if n > 10 else ""
+                raise compiler.SchemaError(
+                    f"sample row {bad} has {has}; the model reads {n} columns "
+                    f"{schema.names[:10]}{more}"
+                )
         return
-    for i, present in enumerate(keys):
+    names = set(schema.names)
+    for i, given in enumerate(keyed):
+        present = set(given)
         missing = [c for c in schema.names if c not in present]
         if missing:
             where = f"sample row {i}" if isinstance(sample, list) else "sample"
-            raise compiler.SchemaError(f"{where} has no column {missing[0]!r}")
+            unknown = [k for k in given if k not in names]
+            raise compiler.SchemaError(f"{where}: {describe_mismatch(missing, unknown)}")
 
 
 def check_parity(

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MiB = 1 << 20
@@ -65,23 +65,35 @@ class Settings(BaseSettings):
     max_batch: int = Field(1024, ge=1, le=1 << 20, description="default top bucket per model")
     max_queue_rows: int = Field(65536, ge=1, description="rows queued per model before 429")
     max_in_flight: int | None = Field(
-        64,
+        2048,
         ge=1,
         description="scoring requests in progress per process before 429, refused before their "
-        "body is read (load shedding; empty: no limit)",
+        "body is read: a bound on the bodies held in memory, not a latency budget (empty: no "
+        "limit)",
     )
-    adaptive_in_flight: bool = Field(
-        False,
-        description="let the in-flight limit follow scoring latency, with max_in_flight as its "
-        "ceiling: it shrinks while requests queue beyond in_flight_tolerance x their unqueued "
-        "latency and grows back while they do not (see docs/reliability.md)",
+    queue_delay_target_ms: float = Field(
+        10.0,
+        gt=0,
+        description="load shedding: a model whose freshest queued request has waited longer "
+        "than this for a batch, for a whole queue_delay_interval_ms, refuses new requests (429, "
+        "before their body is read) while two batches' worth are in progress, until an interval "
+        "passes with nothing to refuse (see docs/reliability.md)",
     )
-    in_flight_tolerance: float = Field(
-        2.0, ge=1, description="adaptive in-flight limit: median latency allowed over normal"
+    queue_delay_interval_ms: float = Field(
+        100.0,
+        gt=0,
+        description="load shedding: how long the queueing delay must stay above its target "
+        "before a model sheds (a burst shorter than this is absorbed)",
     )
     batch_wait_ms: float = Field(0.0, ge=0, description="extra wait for a batch to fill")
     request_timeout_s: float | None = Field(
         None, gt=0, description="default per-request deadline (a request may set a shorter one)"
+    )
+    strict_columns: bool = Field(
+        False,
+        description="refuse (422) scoring requests with columns the model does not read, naming "
+        "them; off, they are scored and the answer names what was ignored (a request's "
+        "strict_columns query parameter decides for itself)",
     )
     register_wait_s: float = Field(
         600.0, gt=0, description="longest a registering client may wait for READY"
@@ -133,14 +145,6 @@ class Settings(BaseSettings):
                     raise ValueError(f"{name!r} is not a module name (dotted identifiers)")
             return names
         return value
-
-    @model_validator(mode="after")
-    def _adaptive_needs_a_ceiling(self) -> Settings:
-        if self.adaptive_in_flight and self.max_in_flight is None:
-            raise ValueError(
-                "KESTREL_ADAPTIVE_IN_FLIGHT needs KESTREL_MAX_IN_FLIGHT as its ceiling"
-            )
-        return self
 
     @property
     def is_loopback(self) -> bool:

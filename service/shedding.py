@@ -1,11 +1,10 @@
 """Load shedding inside the HTTP protocol: an overloaded scoring request refused on its headers.
 
 Under overload most requests are refused, so what a refusal costs decides what is left for the
-admitted ones (docs/reliability.md: at three times capacity a refusal made in the ASGI middleware
-still took about half of the event loop). Refused there, a request has already cost uvicorn a
-request/response cycle, an ``asyncio`` task, its body gathered into one ``bytes``, and an ASGI
-call through the application's outer layers. :func:`protocol_for` gives uvicorn an HTTP protocol
-that, when scoring is at its cap, takes the same decision (:class:`service.admission.Admission`)
+admitted ones (docs/reliability.md, "Refusals on the headers"). Refused in the ASGI middleware,
+a request has already cost uvicorn a request/response cycle, an ``asyncio`` task, its body
+gathered into one ``bytes``, and an ASGI call through the application's outer layers. :func:`protocol_for` gives uvicorn an HTTP protocol
+that, when scoring is overloaded, takes the same decision (:class:`service.admission.Admission`)
 as soon as the request line and headers are parsed, writes the same answer straight to the
 transport, and lets the parser skip the body: no task, no ASGI call, no body kept.
 
@@ -29,7 +28,7 @@ from service.errors import ServiceError
 
 class SheddingHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, refusing scoring requests on their headers while the
-    application's scoring load is at its cap. Subclassed per application by
+    application sheds scoring load. Subclassed per application by
     :func:`protocol_for`, which sets :attr:`admission`."""
 
     admission: Admission
@@ -41,7 +40,7 @@ class SheddingHttpProtocol(HttpToolsProtocol):
         self._discard_budget: int | None = None
 
     def on_headers_complete(self) -> None:
-        if not (self.admission.scoring.saturated and self._refused_on_headers()):
+        if not (self.admission.scoring.may_refuse and self._refused_on_headers()):
             super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
@@ -73,7 +72,7 @@ class SheddingHttpProtocol(HttpToolsProtocol):
         path = url.path.decode("ascii")
         if "%" in path:
             path = urllib.parse.unquote(path)
-        verdict = self.admission.decide(path, "POST", self.headers)
+        verdict = self.admission.decide(path, "POST", self.headers, url.query or b"")
         refused = verdict.refused
         if refused is None or verdict.kind != "scoring":
             return False

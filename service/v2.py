@@ -3,8 +3,11 @@
 Inputs map to the model's schema in one of two ways: a single 2-D tensor ``[rows, columns]``
 (numeric models; any input name), or one tensor per schema column named after it (``[rows]`` or
 ``[rows, 1]``; BYTES for string categories). Outputs are the model's methods (``predict``,
-``predict_proba``, …). A request's ``parameters.timeout`` (microseconds, as tritonclient sends it)
-is its deadline. The model-repository extension's index / load / unload act on this process's
+``predict_proba``, …); the model metadata states each one's shape and datatype from the compiled
+model (:attr:`compiler.CompiledModel.output_specs`). In JSON tensors, a float's NaN and ±inf are
+the bare tokens ``NaN``, ``Infinity`` and ``-Infinity``, both ways, as tritonclient and Triton
+write them. A request's ``parameters.timeout`` (microseconds, as tritonclient sends it) is its
+deadline. The model-repository extension's index / load / unload act on this process's
 loaded versions; the store is changed only by the management API.
 """
 
@@ -16,9 +19,12 @@ import time
 from typing import Any
 
 import numpy as np
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from compiler import InputSchema
+from compiler.schema import describe_mismatch
 from service import codecs, openapi
 from service.errors import BadRequest, InvalidInput, NotFound
 from service.models import ModelManager, ModelVersion, State
@@ -47,12 +53,51 @@ _NAMES = {v: k for k, v in _DTYPES.items()}
 
 
 def datatype_of(array: np.ndarray) -> str:
-    if array.dtype.kind in "OUS":
+    return datatype_for(array.dtype)
+
+
+def datatype_for(dtype: np.dtype[Any]) -> str:
+    if dtype.kind in "OUS":
         return "BYTES"
     try:
-        return _NAMES[array.dtype]
+        return _NAMES[dtype]
     except KeyError:
-        raise BadRequest(f"cannot express dtype {array.dtype} in the v2 protocol") from None
+        raise BadRequest(f"cannot express dtype {dtype} in the v2 protocol") from None
+
+
+# -- JSON as tritonclient writes and reads it ----------------------------------------------------
+def parse_json(data: bytes) -> Any:
+    """An inference request's JSON. tritonclient writes a float tensor's NaN and ±inf as the
+    bare tokens ``NaN``, ``Infinity`` and ``-Infinity`` (so does Python's ``json``), which
+    orjson refuses: only a body it refuses that holds one is read again, by the standard
+    library, so every other request keeps orjson's speed and its error message."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        if b"NaN" not in data and b"Infinity" not in data:
+            raise BadRequest(f"malformed JSON: {exc}") from None
+    try:
+        return codecs.loads_with_nan_tokens(data)
+    except ValueError as exc:
+        raise BadRequest(f"malformed JSON: {exc}") from None
+
+
+def _json_floats(values: np.ndarray) -> Any:
+    """A flat float tensor's ``data``, with NaN and ±inf written as the tokens ``NaN``,
+    ``Infinity`` and ``-Infinity``, as Triton writes them and tritonclient (rapidjson) reads
+    them; orjson writes them as ``null``, which a client reads back as NaN, losing an
+    infinity."""
+    if math.isfinite(values.sum()):  # any NaN or inf makes the sum NaN or inf
+        return values
+    special = values[~np.isfinite(values)]
+    if not special.size:  # the sum overflowed: every value is finite
+        return values
+    # orjson writes nothing else in a float array as null: its nulls are these, in order.
+    pieces = orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY).split(b"null")
+    tokens = np.where(np.isnan(special), b"NaN", np.where(special > 0, b"Infinity", b"-Infinity"))
+    joined: list[bytes] = [b""] * (2 * len(pieces) - 1)
+    joined[::2], joined[1::2] = pieces, tokens.tolist()
+    return orjson.Fragment(b"".join(joined))
 
 
 # -- tensors in ----------------------------------------------------------------------------------
@@ -126,7 +171,8 @@ def _pack_bytes(array: np.ndarray) -> bytes:
 
 
 def rows_from_inputs(inputs: dict[str, np.ndarray], mv: ModelVersion) -> Any:
-    """v2 input tensors → rows the model's schema accepts (a matrix, or columns by name)."""
+    """v2 input tensors → rows the model's schema accepts (a matrix, or columns by name, then
+    any tensors naming no column, which the model does not read)."""
     assert mv.model is not None
     schema_columns = mv.model.schema.columns
     if len(inputs) == 1:  # the common request: one [rows, columns] tensor (no name list built)
@@ -142,9 +188,11 @@ def rows_from_inputs(inputs: dict[str, np.ndarray], mv: ModelVersion) -> Any:
     names = [c.name for c in schema_columns]
     missing = [n for n in names if n not in inputs]
     if missing:
+        known = set(names)
+        unknown = [k for k in inputs if k not in known]
         raise InvalidInput(
-            f"inputs {sorted(inputs)} do not match the model: send one [rows, {len(names)}] "
-            f"tensor or one tensor per column; missing columns {missing}"
+            f"inputs {sorted(inputs)[:10]} do not match the model: send one [rows, {len(names)}] "
+            f"tensor or one tensor per column; {describe_mismatch(missing, unknown)}"
         )
     columns: dict[str, np.ndarray] = {}
     lengths = set()
@@ -162,6 +210,8 @@ def rows_from_inputs(inputs: dict[str, np.ndarray], mv: ModelVersion) -> Any:
         raise InvalidInput(f"column inputs have different lengths: {sorted(lengths)}")
     if lengths == {0}:
         raise BadRequest(EMPTY_BATCH)
+    if len(inputs) > len(names):  # tensors naming no column: passed on, for scoring to report
+        columns.update((k, a) for k, a in inputs.items() if k not in columns)
     return columns
 
 
@@ -179,7 +229,7 @@ def _header(scope: Any, key: bytes) -> str | None:
 
 def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], bytes]:
     if header_length is None:
-        doc = codecs.parse_json(body)
+        doc = parse_json(body)
         tail = b""
     else:
         try:
@@ -188,7 +238,7 @@ def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], 
             raise BadRequest(f"{HEADER_LENGTH} must be an integer") from None
         if not 0 < n <= len(body):
             raise BadRequest(f"{HEADER_LENGTH} {n} is outside the body of {len(body)} bytes")
-        doc, tail = codecs.parse_json(body[:n]), body[n:]
+        doc, tail = parse_json(body[:n]), body[n:]
     if not isinstance(doc, dict):
         raise BadRequest("the inference request must be a JSON object")
     if doc.get("id") is not None and not isinstance(doc["id"], str):  # echoed in the response
@@ -274,8 +324,12 @@ def render_outputs(
             )
             tensor["parameters"] = {"binary_data_size": len(data)}
             blobs.append(data)
+        elif datatype == "BYTES":
+            tensor["data"] = array.ravel().tolist()
+        elif array.dtype.kind == "f":
+            tensor["data"] = _json_floats(array.ravel())
         else:
-            tensor["data"] = array.ravel().tolist() if datatype == "BYTES" else array.ravel()
+            tensor["data"] = array.ravel()
         tensors.append(tensor)
     head: dict[str, Any] = {"model_name": mv.name, "model_version": mv.version, "outputs": tensors}
     if "id" in doc:
@@ -299,27 +353,21 @@ def metadata(mv: ModelVersion, versions: list[str]) -> dict[str, Any]:
             "inputs": [],
             "outputs": [],
         }
-    schema = mv.model.schema
-    dtype = "FP64" if mv.model.options.dtype == "float64" else "FP32"
+    model = mv.model
+    schema = model.schema
+    numeric = datatype_for(np.dtype(model.traced.input_dtype))  # what the model reads
     if schema.vocabularies or schema.named:
         inputs = [
-            {
-                "name": c.name,
-                "datatype": "BYTES" if j in schema.vocabularies else dtype,
-                "shape": [-1],
-            }
+            {"name": c.name, "datatype": _column_datatype(schema, j, numeric), "shape": [-1]}
             for j, c in enumerate(schema.columns)
         ]
     else:
-        inputs = [{"name": "input", "datatype": dtype, "shape": [-1, len(schema.columns)]}]
-    outputs = []
-    for method in mv.model.methods:
-        if method == "predict" and mv.model.classes_ is not None:
-            labels = np.asarray(mv.model.classes_)
-            out_type = datatype_of(labels)
-        else:
-            out_type = dtype
-        outputs.append({"name": method, "datatype": out_type, "shape": [-1]})
+        inputs = [{"name": "input", "datatype": numeric, "shape": [-1, len(schema.columns)]}]
+    # As render_outputs writes the answer: a list-valued head side by side, as one tensor.
+    outputs = [
+        {"name": method, "datatype": datatype_for(spec.dtype), "shape": [-1, *spec.shape]}
+        for method, spec in model.output_specs.items()
+    ]
     return {
         "name": mv.name,
         "versions": versions,
@@ -329,8 +377,23 @@ def metadata(mv: ModelVersion, versions: list[str]) -> dict[str, Any]:
     }
 
 
+def _column_datatype(schema: InputSchema, column: int, numeric: str) -> str:
+    """The datatype of one column's tensor: a category column's is its categories' (strings:
+    BYTES; numbers as such), any other's the model's numeric input type."""
+    vocabulary = schema.vocabularies.get(column)
+    if vocabulary is None:
+        return numeric
+    present = [c for c in vocabulary.categories if not _is_missing(c)]
+    kind = np.asarray(present).dtype.kind if present else "U"
+    return {"b": "BOOL", "i": "INT64", "u": "INT64", "f": "FP64"}.get(kind, "BYTES")
+
+
+def _is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def add_v2_routes(app: FastAPI, manager: ModelManager, settings: Settings) -> None:
-    from service.app import json_response, read_body
+    from service.app import json_response, query_flag, read_body
 
     @app.get(
         "/v2", tags=["v2"], summary="Server metadata", responses=openapi.ok(openapi.ServerMetadata)
@@ -364,17 +427,20 @@ def add_v2_routes(app: FastAPI, manager: ModelManager, settings: Settings) -> No
         return json_response({"ready": ok}, 200 if ok else 503)
 
     async def model_metadata(request: Request, name: str, version: str | None) -> Response:
-        mv = manager.lookup(name, version)
+        mv = manager.answering(name, version)
+        if mv.state is State.FAILED:  # as infer answers (a version that failed has no inputs)
+            raise manager.not_serving(mv)
         versions = [v.version for v in manager.versions(name)]
         return json_response(metadata(mv, versions))
 
     async def model_ready(request: Request, name: str, version: str | None) -> Response:
         try:
-            mv = manager.lookup(name, version)
+            mv = manager.answering(name, version)
         except NotFound:
             return json_response({"name": name, "ready": False}, 404)
         ok = mv.state is State.READY
-        return json_response({"name": name, "ready": ok}, 200 if ok else 503)
+        status = 200 if ok else manager.not_serving(mv).status  # FAILED: 409, as infer answers
+        return json_response({"name": name, "ready": ok}, status)
 
     async def infer(request: Request, name: str, version: str | None) -> Response:
         body = await read_body(request)
@@ -384,9 +450,17 @@ def add_v2_routes(app: FastAPI, manager: ModelManager, settings: Settings) -> No
         inputs = parse_inputs(doc, tail)
         names, binary, _ = _outputs_requested(doc, mv)
         rows = rows_from_inputs(inputs, mv)
-        result = await manager.predict(name, version, rows, outputs=names, deadline=deadline)
+        strict = settings.strict_columns
+        if request.scope["query_string"]:
+            strict = query_flag(request.query_params, "strict_columns", strict)
+        result = await manager.predict(
+            name, version, rows, outputs=names, deadline=deadline, strict_columns=strict
+        )
         t0 = time.perf_counter()
         response = render_outputs(doc, result.version, result.outputs, binary)
+        if result.ignored:
+            header = codecs.ignored_columns_header(result.ignored)
+            response.headers[codecs.IGNORED_COLUMNS_HEADER] = header
         metrics = manager.metrics
         metrics.child(metrics.codec_seconds, name, result.version.version, "encode").observe(
             result.decode_s + time.perf_counter() - t0
@@ -397,7 +471,7 @@ def add_v2_routes(app: FastAPI, manager: ModelManager, settings: Settings) -> No
         "tags": ["v2"],
         "responses": {
             **openapi.ok(openapi.ModelMetadata),
-            **openapi.errors(*openapi.AUTH, 404, v2=True),
+            **openapi.errors(*openapi.AUTH, 404, 409, 503, v2=True),
         },
     }
     ready_doc: dict[str, Any] = {
@@ -405,7 +479,8 @@ def add_v2_routes(app: FastAPI, manager: ModelManager, settings: Settings) -> No
         "responses": {
             **openapi.ok(openapi.ModelReady, "READY"),
             404: {"model": openapi.ModelReady, "description": "No such model or version"},
-            503: {"model": openapi.ModelReady, "description": "Not READY"},
+            409: {"model": openapi.ModelReady, "description": "FAILED: it will not become READY"},
+            503: {"model": openapi.ModelReady, "description": "Not READY (yet)"},
             **openapi.errors(*openapi.AUTH, v2=True),
         },
     }

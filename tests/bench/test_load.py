@@ -54,7 +54,9 @@ def _m(server: str, model: str, rps: float, p99: float = 10.0, rows: int = 1, c:
 
 
 def test_tiny_bench_runs_every_server_under_wrk(tmp_path: Path) -> None:
-    assert shutil.which("wrk"), "wrk is not installed: run `bash .ci/install-wrk` (Debian: wrk)"
+    assert shutil.which("wrk"), (
+        "wrk is not installed: run `bash .ci/install-tools wrk` (Debian: wrk)"
+    )
     out, doc = tmp_path / "load.json", tmp_path / "performance-http.md"
     done = subprocess.run(
         [

@@ -7,7 +7,9 @@ import pandas as pd
 import pytest
 from cases_core import Doubler
 from sklearn.datasets import make_classification
-from sklearn.linear_model import LogisticRegression
+from sklearn.decomposition import PCA
+from sklearn.ensemble import RandomForestRegressor
+from sklearn.linear_model import LinearRegression, LogisticRegression
 from sklearn.multioutput import MultiOutputClassifier
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer, StandardScaler
@@ -52,8 +54,12 @@ def test_schema_names_columns_and_kinds(model) -> None:
 @pytest.mark.parametrize(
     ("bad", "message"),
     [
-        ([{"a": 1, "b": 2, "c": 3}], "row 0 has no column 'd'"),
-        ({"a": [1], "b": [2], "c": [3]}, r"missing columns \['d'\]"),
+        ([{"a": 1, "b": 2, "c": 3}], "row 0: missing column 'd'"),
+        ({"a": [1], "b": [2], "c": [3]}, "missing column 'd'"),
+        (
+            [{"a": 1, "b": 2, "c": 3, "d": 4}, {"a": 1, "b": 2, "c": 3, "dd": 4}],
+            r"row 1: unknown column 'dd' \(did you mean 'd'\?\); missing column 'd'",
+        ),
         ([{"a": 1, "b": "two", "c": 3, "d": 4}], "column 'b', row 0: 'two' is not a number"),
         (np.zeros((2, 3)), r"expected 4 columns"),
         (np.zeros(4), "expected a 2-D table"),
@@ -63,6 +69,22 @@ def test_schema_names_columns_and_kinds(model) -> None:
 def test_bad_rows_name_the_problem(model, bad, message) -> None:
     with pytest.raises(compiler.SchemaError, match=message):
         model.predict(bad)
+
+
+def test_extra_columns_are_the_keys_that_name_no_column(model, data) -> None:
+    frame, _ = data
+    schema = model.schema
+    rows = frame.iloc[:3].to_dict(orient="records")
+    assert schema.extra_columns(rows) == () and schema.extra_columns(frame.to_numpy()) == ()
+    later = [*rows[:2], {**rows[2], "e": 1}]  # only the last row holds an extra key
+    assert schema.extra_columns(later) == ()  # by default, the first row's keys only
+    assert schema.extra_columns(later, every_row=True) == ("e",)
+    assert schema.extra_columns([{"z": 0, **rows[0]}]) == ("z",)
+    assert schema.extra_columns({**frame.to_dict(orient="list"), "z": [0] * len(frame)}) == ("z",)
+    assert schema.extra_columns(frame.assign(z=0)) == ("z",)
+    assert schema.column_mismatch(["a", "b", "cc", "d", "x"]) == (
+        "unknown columns 'cc' (did you mean 'c'?), 'x'; missing column 'c'"
+    )
 
 
 def test_report_lists_steps_and_sizes(model) -> None:
@@ -134,6 +156,42 @@ def test_a_list_valued_head_is_one_device_output_split_on_the_host(data) -> None
         for g, e in zip(got, expected, strict=True):
             np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(model.predict(frame), est.predict(frame))
+
+
+KINDS = ("binary", "multiclass", "regressor", "two targets", "transformer", "multi-output")
+
+
+def _fit(kind: str, x: np.ndarray) -> object:
+    three = np.digitize(x[:, 0], [-0.5, 0.5])
+    if kind == "binary":
+        return LogisticRegression().fit(x, x[:, 1] > 0)
+    if kind == "multiclass":
+        return LogisticRegression().fit(x, three)
+    if kind == "regressor":
+        return LinearRegression().fit(x, x[:, 0])
+    if kind == "two targets":
+        return RandomForestRegressor(3, max_depth=3, random_state=0).fit(x, x[:, :2])
+    if kind == "transformer":
+        return make_pipeline(StandardScaler(), PCA(2)).fit(x)
+    labels = np.column_stack([x[:, 1] > 0, np.array(["a", "b", "c"])[three]])
+    return MultiOutputClassifier(LogisticRegression()).fit(x, labels)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_output_specs_are_the_shapes_and_dtypes_of_the_answers(data, kind, dtype) -> None:
+    x = data[0].to_numpy()
+    est = _fit(kind, x)
+    model = compiler.compile(est, options=compiler.CompileOptions(max_batch=8, dtype=dtype))
+    assert set(model.output_specs) == set(model.methods)
+    for method, got in model.outputs(x[:5]).items():
+        spec = model.output_specs[method]
+        if spec.parts:  # a list of per-target arrays, side by side in ``shape``
+            assert [g.shape for g in got] == [(5, w) for w in spec.parts]
+            got = np.concatenate(got, axis=1)
+        assert got.shape == (5, *spec.shape) and got.dtype == spec.dtype, method
+    if "predict_proba" in model.methods:  # a classifier's labels
+        assert model.output_specs["predict"].dtype == est.predict(x[:5]).dtype
 
 
 # -- a float matrix: the per-request fast path of encoding -------------------------------------

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import lazy as lz
+from lazy.ops import TensorType
 
 MAX_BATCH = 8
 # Exact in float32, so that the host step sees the same keys from the interpreter and from JAX.
@@ -302,3 +303,17 @@ def test_a_host_step_on_the_input_reads_every_column() -> None:
     (out,) = b.host(lambda v: v.copy(), [x], [((3,), "float32")], "copy")
     program = b.build({"y": lz.slice_axis(out, 1, 0, 1)})
     assert program.columns_read("x") is None
+
+
+def test_output_types_are_what_the_compiled_program_returns(
+    program: lz.Program, compiled: lz.CompiledProgram
+) -> None:
+    types = program.output_types()
+    assert types == {
+        "proba": TensorType((lz.B, 4), "float32"),
+        "looked_up": TensorType((lz.B, 2), "float32"),  # a host step's declared type
+        "scaled": TensorType((lz.B, 3), "float32"),
+    }
+    got = compiled({"x": rows(5)})
+    for name, (shape, dtype) in types.items():
+        assert got[name].shape == (5, *shape[1:]) and got[name].dtype == dtype, name

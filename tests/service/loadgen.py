@@ -18,15 +18,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
 
-__all__ = ["Result", "closed_loop", "main", "open_loop", "summarize"]
+__all__ = ["Result", "closed_loop", "main", "open_loop", "run_process", "summarize"]
 
 
 @dataclass
@@ -221,6 +223,22 @@ def summarize(result: Result) -> dict[str, Any]:
         "error_examples": sorted(set(result.errors))[:5],
         "lateness": _percentiles(result.lateness),
     }
+
+
+def run_process(url: str, path: str, body: str, *args: str) -> dict[str, Any]:
+    """One run of this generator in its own process (``args``: its command-line options, e.g.
+    ``--closed --connections 8 --duration 2``); its JSON summary."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.service.loadgen", url, path, "--body", body, *args],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the load generator failed:\n{done.stderr}")
+    return json.loads(done.stdout)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,3 +35,14 @@ def test_text_lines_name_the_request() -> None:
         request_id_var.reset(token)
         logs.configure("warning", "text")
     assert "[abc] hello" in stream.getvalue()
+
+
+def test_jax_platform_probing_stays_out_of_the_log() -> None:
+    """JAX's info line for each platform it does not find (a TPU, on every machine without one)
+    was the first line of every server log."""
+    logs.configure("info")
+    probe = logging.getLogger("jax._src.xla_bridge")
+    assert not probe.isEnabledFor(logging.INFO) and probe.isEnabledFor(logging.WARNING)
+    logs.configure("debug")
+    assert probe.isEnabledFor(logging.DEBUG)
+    logs.configure("info")

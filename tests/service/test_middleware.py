@@ -162,3 +162,37 @@ def test_a_client_leaving_mid_body_is_counted_not_logged_as_a_server_error(
     assert sent == []  # nobody to answer
     assert "unhandled" not in caplog.text and "Traceback" not in caplog.text
     assert sample(metrics, "kestrel_requests_total", model="_none", status="499") == 1
+
+
+def test_a_streamed_body_past_the_limit_is_answered_413_once_and_the_app_sees_a_disconnect(
+    metrics: Metrics,
+) -> None:
+    seen: list[str] = []
+
+    async def answers_a_cut_body_400(scope: Any, receive: Any, send: Any) -> None:
+        while True:  # as a multipart parser reads, and answers a body that stops short
+            message = await receive()
+            seen.append(message["type"])
+            if message["type"] == "http.disconnect" or not message.get("more_body"):
+                break
+        await send({"type": "http.response.start", "status": 400, "headers": []})
+        await send({"type": "http.response.body", "body": b"There was an error parsing the body"})
+
+    chunks = iter([{"type": "http.request", "body": b"x" * 10, "more_body": True}] * 3)
+
+    async def receive() -> dict[str, Any]:
+        return next(chunks)
+
+    sent: list[Any] = []
+
+    async def record(message: Any) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/models", "headers": []}
+    asyncio.run(wrap(answers_a_cut_body_400, metrics)(scope, receive, record))
+    assert seen == ["http.request", "http.disconnect"]  # 10 bytes, then 20 of at most 16
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+    assert sent[0]["status"] == 413 and (b"connection", b"close") in sent[0]["headers"]
+    assert b"limit of 16 bytes" in sent[1]["body"]
+    assert sample(metrics, "kestrel_requests_total", status="413") == 1
+    assert sample(metrics, "kestrel_rejections_total", reason="too_large") == 1

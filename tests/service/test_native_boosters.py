@@ -234,7 +234,7 @@ def test_cli_compiles_an_xgboost_json_and_reports_a_parity_failure_on_one_line(
     monkeypatch.setattr(parity, "source_method", off_by_a_bit)
     assert main(args) == 1
     captured = capsys.readouterr()
-    failure = [line for line in captured.out.splitlines() if "parity check failed" in line]
+    failure = [line for line in captured.err.splitlines() if "parity check failed" in line]
     assert len(failure) == 1 and "predict: " in failure[0] and " rows differ" in failure[0]
     assert "first: synthetic row 0" in failure[0]
     assert "Traceback" not in captured.out + captured.err
@@ -248,9 +248,9 @@ def test_cli_compiles_an_xgboost_json_and_reports_a_parity_failure_on_one_line(
     monkeypatch.setattr(parity, "source_method", refuses)
     assert main(args) == 1
     captured = capsys.readouterr()
-    failure = [line for line in captured.out.splitlines() if "parity check failed" in line]
+    failure = [line for line in captured.err.splitlines() if "parity check failed" in line]
     assert failure == [
-        "parity check failed: ParityError: could not synthesise rows the source model accepts; "
-        "upload a 'sample' of real rows"
+        "kestrel compile: parity check failed: ParityError: could not synthesise rows the source "
+        "model accepts; upload a 'sample' of real rows"
     ]
     assert "Traceback" not in captured.out + captured.err

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -10,15 +12,17 @@ import pytest
 import skops.io as sio
 import tritonclient.http as triton
 from sklearn.compose import make_column_transformer
-from sklearn.ensemble import GradientBoostingRegressor
+from sklearn.ensemble import GradientBoostingRegressor, HistGradientBoostingClassifier
+from sklearn.impute import SimpleImputer
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import OneHotEncoder, StandardScaler
-from tritonclient.utils import InferenceServerException
+from sklearn.preprocessing import OneHotEncoder, PolynomialFeatures, StandardScaler
+from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
 from tests.service.live import ADMIN_TOKEN, LiveServer
 
 OPTIONS = '{"max_batch": 16}'
+SMALL = '{"max_batch": 4}'
 
 
 @pytest.fixture(scope="module")
@@ -37,13 +41,37 @@ def models():
     return reg, x, clf, frame
 
 
+def _more_models(x: np.ndarray) -> dict[str, tuple[Any, str]]:
+    """More kinds of model, by name: (fitted estimator, registration options)."""
+    three = np.digitize(x[:, 0], [-0.5, 0.5])
+    return {
+        "binary": (LogisticRegression().fit(x, x[:, 1] > 0), SMALL),
+        # NaN is a legitimate input: the pipeline imputes it.
+        "imputed": (make_pipeline(SimpleImputer(), LogisticRegression()).fit(x, three), SMALL),
+        # NaN and ±inf are legitimate inputs: the trees route them.
+        "hgb": (HistGradientBoostingClassifier(max_iter=5).fit(x, three), SMALL),
+        # A NaN input is a NaN in the answer.
+        "scaler": (StandardScaler().fit(x), SMALL),
+        # 1e200 squared is inf, in the source too.
+        "poly": (PolynomialFeatures(2).fit(x), '{"max_batch": 4, "dtype": "float64"}'),
+    }
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, models) -> Iterator[LiveServer]:
+def more_models(models) -> dict[str, tuple[Any, str]]:
+    return _more_models(models[1].astype(np.float64))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, models, more_models) -> Iterator[LiveServer]:
     reg, _x, clf, frame = models
     live = LiveServer(tmp_path_factory.mktemp("v2")).start()
     assert live.register("reg", sio.dumps(reg), options=OPTIONS).status_code == 201
     sample = frame.head(5).to_json(orient="records")
     assert live.register("city", sio.dumps(clf), sample=sample, options=OPTIONS).status_code == 201
+    for name, (est, options) in more_models.items():
+        r = live.register(name, sio.dumps(est), options=options)
+        assert r.status_code == 201, r.text
     yield live
     live.stop()
 
@@ -58,13 +86,17 @@ def test_health_and_metadata(client: triton.InferenceServerClient) -> None:
     assert client.is_model_ready("reg") and not client.is_model_ready("nope")
     meta = client.get_model_metadata("reg")
     assert meta["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 3]}]
-    assert [o["name"] for o in meta["outputs"]] == ["predict"]
+    assert meta["outputs"] == [{"name": "predict", "datatype": "FP32", "shape": [-1]}]
     city = client.get_model_metadata("city", model_version="1")
-    assert [(i["name"], i["datatype"]) for i in city["inputs"]] == [
-        ("size", "FP32"),
-        ("city", "BYTES"),
+    assert city["inputs"] == [
+        {"name": "size", "datatype": "FP32", "shape": [-1]},
+        {"name": "city", "datatype": "BYTES", "shape": [-1]},
     ]
-    assert city["outputs"][0]["datatype"] == "BYTES"
+    assert city["outputs"] == [
+        {"name": "predict", "datatype": "BYTES", "shape": [-1]},
+        {"name": "predict_proba", "datatype": "FP32", "shape": [-1, 2]},
+        {"name": "decision_function", "datatype": "FP32", "shape": [-1]},
+    ]
 
 
 @pytest.mark.parametrize("binary", [True, False])
@@ -124,6 +156,143 @@ def test_malformed_binary_requests(server: LiveServer) -> None:
         "/v2/models/reg/infer", content=head, headers={"Inference-Header-Content-Length": "9999"}
     )
     assert r.status_code == 400
+
+
+# -- model metadata states what infer takes and answers ------------------------------------------
+ROWS = 3
+
+
+def _rows(name: str, models) -> Any:
+    """Rows to score with model ``name``: a frame for the model fitted on one, else a matrix."""
+    return models[3].head(ROWS) if name == "city" else models[1][:ROWS].astype(np.float64)
+
+
+def _native(server: LiveServer, name: str, rows: Any) -> dict[str, np.ndarray]:
+    """The native route's answer: rows as JSON records, a matrix as .npy (NaN and ±inf kept)."""
+    if isinstance(rows, pd.DataFrame):
+        r = server.client.post(f"/models/{name}/predict", content=rows.to_json(orient="records"))
+    else:
+        buffer = io.BytesIO()
+        np.save(buffer, rows)
+        headers = {"content-type": "application/x-npy"}
+        r = server.client.post(
+            f"/models/{name}/predict", content=buffer.getvalue(), headers=headers
+        )
+    assert r.status_code == 200, r.text
+    return {k: np.asarray(v) for k, v in r.json()["outputs"].items()}
+
+
+@pytest.mark.parametrize("binary", [False, True])
+@pytest.mark.parametrize("name", ["reg", "city", "binary", "imputed", "hgb", "scaler", "poly"])
+def test_metadata_is_what_infer_takes_and_answers(
+    client: triton.InferenceServerClient, server: LiveServer, models, name: str, binary: bool
+) -> None:
+    """Tensors built from the metadata alone are accepted, and every output has the stated
+    datatype and shape (-1: the batch), with the native route's values."""
+    meta = client.get_model_metadata(name)
+    rows = _rows(name, models)
+    inputs = []
+    for spec in meta["inputs"]:
+        shape = [ROWS if d == -1 else d for d in spec["shape"]]
+        values = np.asarray(rows) if len(shape) == 2 else rows[spec["name"]].to_numpy()
+        tensor = triton.InferInput(spec["name"], shape, spec["datatype"])
+        tensor.set_data_from_numpy(
+            values.astype(triton_to_np_dtype(spec["datatype"])), binary_data=binary
+        )
+        inputs.append(tensor)
+    outputs = [triton.InferRequestedOutput(o["name"], binary_data=binary) for o in meta["outputs"]]
+    result = client.infer(name, inputs, outputs=outputs)
+    native = _native(server, name, rows)
+    assert [o["name"] for o in meta["outputs"]] == list(native)
+    for spec in meta["outputs"]:
+        answer = result.get_output(spec["name"])
+        shape = [ROWS if d == -1 else d for d in spec["shape"]]
+        assert (answer["datatype"], answer["shape"]) == (spec["datatype"], shape), spec["name"]
+        got = result.as_numpy(spec["name"])
+        assert list(got.shape) == shape
+        if spec["datatype"] == "BYTES":
+            labels = [v.decode() if isinstance(v, bytes) else v for v in got.ravel()]
+            assert labels == native[spec["name"]].ravel().tolist()
+        else:
+            np.testing.assert_allclose(got, native[spec["name"]], rtol=1e-6, err_msg=spec["name"])
+
+
+# -- NaN and ±inf in tritonclient's JSON ---------------------------------------------------------
+def _infer_json(client: triton.InferenceServerClient, name: str, x: np.ndarray, outputs: list[str]):
+    datatype = "FP32" if x.dtype == np.float32 else "FP64"
+    tensor = triton.InferInput("input", list(x.shape), datatype)
+    tensor.set_data_from_numpy(x, binary_data=False)  # NaN and ±inf as bare JSON tokens
+    requested = [triton.InferRequestedOutput(o, binary_data=False) for o in outputs]
+    return client.infer(name, [tensor], outputs=requested)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_nan_in_a_json_tensor_is_a_missing_value_the_pipeline_imputes(
+    client: triton.InferenceServerClient, server: LiveServer, models, more_models, dtype
+) -> None:
+    x = models[1][:4].astype(dtype)
+    x[0, 1] = x[2, 0] = x[2, 2] = np.nan
+    result = _infer_json(client, "imputed", x, ["predict", "predict_proba"])
+    native = _native(server, "imputed", x)
+    np.testing.assert_array_equal(result.as_numpy("predict"), native["predict"])
+    np.testing.assert_allclose(result.as_numpy("predict_proba"), native["predict_proba"], rtol=1e-6)
+    source = more_models["imputed"][0]
+    np.testing.assert_array_equal(native["predict"], source.predict(x))
+
+
+def test_infinities_in_a_json_tensor_reach_a_model_that_takes_them(
+    client: triton.InferenceServerClient, server: LiveServer, models, more_models
+) -> None:
+    x = models[1][:4].astype(np.float64)
+    x[0, 0], x[1, 1], x[2, 2], x[3, 0] = np.inf, -np.inf, np.nan, -np.inf
+    result = _infer_json(client, "hgb", x, ["predict", "predict_proba"])
+    native = _native(server, "hgb", x)
+    np.testing.assert_array_equal(result.as_numpy("predict"), native["predict"])
+    np.testing.assert_allclose(result.as_numpy("predict_proba"), native["predict_proba"], rtol=1e-6)
+    source = more_models["hgb"][0]
+    np.testing.assert_array_equal(native["predict"], source.predict(x))
+    np.testing.assert_allclose(native["predict_proba"], source.predict_proba(x), atol=1e-6)
+
+
+def test_nan_and_infinities_in_json_answers_reach_tritonclient(
+    client: triton.InferenceServerClient, models, more_models
+) -> None:
+    """As Triton writes them, NaN, Infinity and -Infinity: null would read back as NaN."""
+    x = models[1][:3].astype(np.float64)
+    x[1, 2] = np.nan
+    got = _infer_json(client, "scaler", x, ["transform"]).as_numpy("transform")
+    want = more_models["scaler"][0].transform(x)
+    assert np.isnan(got[1, 2]) and np.isnan(want[1, 2])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+    big = np.array([[1e200, -1e200, 1.0], [1.0, 2.0, 3.0]])
+    got = _infer_json(client, "poly", big, ["transform"]).as_numpy("transform")
+    with np.errstate(over="ignore"):
+        want = more_models["poly"][0].transform(big)
+    assert np.isposinf(want).any() and np.isneginf(want).any()
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'{"inputs": [NaN', "malformed JSON"),
+        (b'{"inputs": [1, 2,], "x": NaN}', "malformed JSON"),
+        (b'{"id": "\\ud800", "inputs": [NaN]}', "malformed JSON"),  # a lone surrogate
+        (
+            b'{"inputs": [{"name": "input", "shape": [1, 3], "datatype": "INT64", '
+            b'"data": [1, NaN, 2]}]}',
+            "'data' is not all INT64",
+        ),
+    ],
+)
+def test_json_with_nan_tokens_is_checked_like_any_other(
+    server: LiveServer, body: bytes, message: str
+) -> None:
+    r = server.client.post(
+        "/v2/models/imputed/infer", content=body, headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 400 and message in r.json()["error"], r.text
 
 
 def test_repository_extension(server: LiveServer) -> None:
