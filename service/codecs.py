@@ -60,9 +60,9 @@ def decode_predict(body: bytes, content_type: str | None) -> DecodedRequest:
 
 def parse_json(body: bytes) -> Any:
     try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"malformed JSON: {_json_problem(exc)}") from None
+        return loads(body)
+    except ValueError as exc:
+        raise BadRequest(f"malformed JSON: {exc}") from None
 
 
 def _json_problem(exc: orjson.JSONDecodeError) -> str:
@@ -85,21 +85,22 @@ def parse_json_field(text: str, field: str, *, allow_nan: bool = False) -> Any:
     JSON. ``allow_nan``: ``NaN``, ``Infinity`` and ``-Infinity`` are numbers too, as Python's
     json reads them (a sample of real rows has missing values)."""
     try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        if not allow_nan:
-            raise BadRequest(f"field {field!r}: not valid JSON: {_json_problem(exc)}") from None
-    try:
-        return loads_with_nan_tokens(text)
+        return loads(text, allow_nan=allow_nan)
     except ValueError as exc:
         raise BadRequest(f"field {field!r}: not valid JSON: {exc}") from None
 
 
-def loads_with_nan_tokens(data: bytes | str) -> Any:
-    """JSON in which ``NaN``, ``Infinity`` and ``-Infinity`` are numbers (Python's json and
-    tritonclient write them; orjson refuses them): the second reading of a text orjson refused.
-    Raises ValueError for anything else orjson would refuse, bytes that are not UTF-8 included.
-    """
+def loads(data: bytes | str, *, allow_nan: bool = False) -> Any:
+    """JSON, by orjson; ValueError saying where and why it is not. ``allow_nan``: ``NaN``,
+    ``Infinity`` and ``-Infinity`` are numbers too (Python's json and tritonclient write them;
+    orjson refuses them): only a text orjson refused that holds one is read again, by the
+    standard library, so every other keeps orjson's speed and its error message."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        words = (b"NaN", b"Infinity") if isinstance(data, bytes) else ("NaN", "Infinity")
+        if not allow_nan or not any(word in data for word in words):  # type: ignore[operator]
+            raise ValueError(_json_problem(exc)) from None
     try:
         doc = json.loads(data.decode() if isinstance(data, bytes) else data)
         # What Python's json takes beyond those tokens and orjson refuses: escaped lone

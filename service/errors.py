@@ -71,6 +71,13 @@ class VersionFailed(ServiceError):
     status, code, reason = 409, "version_failed", "not_ready"
 
 
+class VersionRetired(ServiceError):
+    """Scoring, by number, a version a newer one replaced: stored, not loaded; retrying cannot
+    help (score the current version, or make this one current again)."""
+
+    status, code, reason = 409, "version_retired", "not_ready"
+
+
 class PayloadTooLarge(ServiceError):
     status, code, reason = 413, "payload_too_large", "too_large"
 

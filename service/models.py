@@ -36,6 +36,7 @@ from service.errors import (
     NotFound,
     NotReady,
     VersionFailed,
+    VersionRetired,
     http_error_for,
 )
 from service.metrics import Metrics
@@ -257,10 +258,17 @@ class ModelManager:
 
     def serving(self, name: str, version: str | None = None) -> ModelVersion:
         """A READY version that can score now; else NotFound, VersionFailed (it FAILED: retrying
-        cannot help) or NotReady (loading, shutting down, or retried by a replica sync)."""
+        cannot help), VersionRetired (asked for by number, replaced) or NotReady (loading,
+        shutting down, or retried by a replica sync)."""
         mv = self.answering(name, version)
         if mv.state is State.READY and mv.batcher is not None:
             return mv
+        if version is not None and mv.state is State.RETIRED:  # asked for by number
+            current = self.current(name)
+            now = f"version {current.version} serves" if current is not None else "none serves"
+            raise VersionRetired(
+                f"model {name!r} version {version} is RETIRED: stored, not loaded ({now})"
+            )
         raise self.not_serving(mv)
 
     def answering(self, name: str, version: str | None = None) -> ModelVersion:

@@ -43,8 +43,8 @@ ERROR_DESCRIPTIONS: dict[int, str] = {
     403: "The token sent is not valid for this route, or the upload is not allowed",
     404: "No such model or version, or no such route",
     405: "The route does not accept this method",
-    409: "Conflict: the version already exists (registration), or the model version FAILED and "
-    "cannot serve, so a retry cannot help (the message says why it failed)",
+    409: "Conflict: the version already exists (registration), or the model version FAILED or, "
+    "asked for by number, was replaced (RETIRED), so a retry cannot help (the message says why)",
     413: "The body exceeds the route's limit (one without Content-Length as soon as it crosses "
     "it; the connection is then closed), or the request has more rows than the queue holds",
     415: "Unsupported Content-Type",

@@ -12,7 +12,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO
 
-import orjson
 from rich.console import Console
 from rich.filesize import decimal
 from rich.progress import (
@@ -27,7 +26,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from service.codecs import loads_with_nan_tokens
+from service.codecs import loads
 
 #: Labels of the phases a load goes through: the client's upload, then the server's (or
 #: ``kestrel compile``'s) phases, as ``GET /models/{name}/versions/{version}`` names them.
@@ -73,12 +72,7 @@ def parse_json(data: bytes | str, option: str, *, allow_nan: bool = False) -> An
     ``allow_nan``: ``NaN`` and ``Infinity`` are numbers too, as the server reads a ``sample``
     (real rows have missing values)."""
     try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        if not allow_nan:
-            raise CommandError(f"{option} is not valid JSON: {exc}") from None
-    try:
-        return loads_with_nan_tokens(data)
+        return loads(data, allow_nan=allow_nan)
     except ValueError as exc:
         raise CommandError(f"{option} is not valid JSON: {exc}") from None
 

@@ -53,6 +53,7 @@ def _m(server: str, model: str, rps: float, p99: float = 10.0, rows: int = 1, c:
     return bench.Measurement(**fields)
 
 
+@pytest.mark.slow  # three servers under wrk: make test-slow (CI)
 def test_tiny_bench_runs_every_server_under_wrk(tmp_path: Path) -> None:
     assert shutil.which("wrk"), (
         "wrk is not installed: run `bash .ci/install-tools wrk` (Debian: wrk)"

@@ -38,6 +38,9 @@ from tests.deploy.promql import (
 )
 from tests.service.live import ADMIN_TOKEN, ROOT, LiveServer
 
+# Half a minute to bring up the stack and let Prometheus scrape: make test-slow (CI).
+pytestmark = pytest.mark.slow
+
 MODEL = "iris"
 # Grafana's variables as the dashboard would send them with "All" instances and versions.
 VARIABLES = {

@@ -476,7 +476,10 @@ def test_queue_full_answers_429_with_retry_after(tmp_path: Path, forest) -> None
     import httpx
 
     rf, x = forest
-    live = LiveServer(tmp_path, KESTREL_MAX_QUEUE_ROWS="6").start()
+    # The queue's own bound, not shedding by queueing delay (tests/service/test_bursts.py),
+    # which a standing queue of 2-row batches would reach first.
+    no_shedding = {"KESTREL_QUEUE_DELAY_TARGET_MS": "600000"}
+    live = LiveServer(tmp_path, KESTREL_MAX_QUEUE_ROWS="6", **no_shedding).start()
     try:
         assert live.register("f", sio.dumps(rf), options='{"max_batch": 2}').status_code == 201
         too_big = live.client.post("/models/f/predict", json=x[:7].tolist())

@@ -96,7 +96,13 @@ def test_a_sample_with_nan_registers_and_reads_back_after_a_restart(server, flow
     server.start()
     version = server.client.get("/models/flowers/versions/1", headers=server.admin).json()
     assert version["state"] == "READY" and version["parity"]["source"] == "sample", version
-    assert server.client.post("/models/flowers/predict", json=[missing]).json() == r.json()
+    again = server.client.post("/models/flowers/predict", json=[missing]).json()["outputs"]
+    # Labels equal; probabilities to float32 rounding: warm-up timing may place a bucket on
+    # another lowering after a restart (one plan per version is issue 22's).
+    assert again["predict"] == r.json()["outputs"]["predict"]
+    np.testing.assert_allclose(
+        again["predict_proba"], r.json()["outputs"]["predict_proba"], rtol=1e-6
+    )
 
 
 # -- column names ----------------------------------------------------------------------------------
@@ -207,6 +213,21 @@ def test_scoring_a_failed_version_is_a_409_with_the_reason(server) -> None:
     assert meta.status_code == 409 and reason in meta.json()["error"], meta.text
     ready = c.get("/v2/models/broken/versions/1/ready")
     assert ready.status_code == 409 and ready.json() == {"name": "broken", "ready": False}
+
+
+def test_scoring_a_replaced_version_by_number_is_a_409_naming_the_current_one(server) -> None:
+    model = make_pipeline(StandardScaler(), LinearRegression()).fit(np.eye(4), np.arange(4.0))
+    for _ in range(2):
+        assert server.register("swapped", sio.dumps(model), options=OPTIONS).status_code == 201
+    row = [[1.0, 2.0, 3.0, 4.0]]
+    r = server.client.post("/models/swapped/versions/1/predict", json=row)
+    assert r.status_code == 409 and "retry-after" not in r.headers, r.text
+    assert error_of(r) | {"request_id": None} == {
+        "code": "version_retired",
+        "message": "model 'swapped' version 1 is RETIRED: stored, not loaded (version 2 serves)",
+        "request_id": None,
+    }
+    assert server.client.post("/models/swapped/predict", json=row).status_code == 200
 
 
 def test_a_failed_new_version_leaves_the_current_one_serving(server, flowers) -> None:

@@ -42,6 +42,9 @@ from service.demo_model import COLUMNS, DEMO_NAME
 from service.v2 import HEADER_LENGTH
 from tests.service.live import LiveServer
 
+# A thousand requests over every operation, a live server per run: make test-slow (CI).
+pytestmark = pytest.mark.slow
+
 # 24 operations: parameterless ones are exhausted after one example, the 16 others reach this.
 MAX_EXAMPLES = 70
 MIN_REQUESTS = 1000

@@ -28,6 +28,7 @@ def data() -> tuple[np.ndarray, np.ndarray]:
     return x, (x[:, 0] - x[:, 2] > 0).astype(int)
 
 
+@pytest.mark.slow  # three models on S3, killed and restarted: make test-slow (CI)
 def test_kill_9_then_restart_recovers_every_model_without_compiling(
     tmp_path: Path, s3_endpoint: str, s3_bucket: str, data
 ) -> None:
