@@ -113,12 +113,8 @@ def loads(data: bytes | str, *, allow_nan: bool = False) -> Any:
 
 def dumps_keeping_nan(doc: Any) -> bytes:
     """JSON with NaN and ±Infinity kept as Python's json writes them (orjson writes ``null``):
-    a stored sample reads back (:func:`loads_keeping_nan`) as it was uploaded."""
+    a stored sample reads back (:func:`loads` with ``allow_nan``) as it was uploaded."""
     return json.dumps(doc, allow_nan=True, default=_default, separators=(",", ":")).encode()
-
-
-def loads_keeping_nan(data: bytes) -> Any:
-    return json.loads(data)
 
 
 def _decode_json(body: bytes) -> DecodedRequest:

@@ -859,7 +859,9 @@ class ModelManager:
     def _reload(self, mv: ModelVersion, record: VersionRecord) -> VersionRecord:
         data = self.store.get_blob(record.artifact)
         sample = (
-            codecs.loads_keeping_nan(self.store.get_blob(record.sample)) if record.sample else None
+            codecs.loads(self.store.get_blob(record.sample), allow_nan=True)
+            if record.sample
+            else None
         )
         loaded = artifacts.load_artifact(
             data,
