@@ -268,7 +268,11 @@ class CompiledModel:
         else:
             lazy_options = options.lazy_options(float64=declares_float64(traced.program))
             compiled = lz.compile(
-                traced.program, lazy_options, options.cache, warmup=options.warmup
+                traced.program,
+                lazy_options,
+                options.cache,
+                warmup=options.warmup,
+                plan=options.plan,
             )
             self._runner = compiled
             self._run_one = compiled.run_one  # one head: a host plan computes only that head
@@ -277,6 +281,12 @@ class CompiledModel:
         #: Heads whose output row is NaN whenever its input row has a NaN the model must refuse:
         #: for these the per-request path looks for NaN in the output, not in the whole input.
         self.nan_checked_on_output = _heads_surfacing_nan(traced, stages)
+
+    @property
+    def plan(self) -> lz.ExecutionPlan | None:
+        """Where each bucket runs, once warm-up placed them (None on the interpreter)."""
+        compiled = getattr(self, "compiled", None)
+        return None if compiled is None else compiled.plan
 
     def run(self, data: Any) -> dict[str, np.ndarray]:
         """Every compiled head on ``data`` (rows: array, DataFrame, dict rows or columns)."""

@@ -25,6 +25,9 @@ class CompileOptions:
     ``lazy.executor.HOST_ROWS``). ``promote``: in a float32 graph, the numerically sensitive
     steps (and those feeding them) compute in float64 so that every head meets the float32
     tolerance; False keeps every step in ``dtype`` (faster; such heads may then miss it).
+    ``plan``: the execution plan an earlier compile of the same estimator with the same options
+    decided (:attr:`CompiledModel.plan`): warm-up follows it where it still matches, so that
+    every process serving a version runs each bucket on the same lowering.
     """
 
     dtype: Literal["float32", "float64"] = "float32"
@@ -38,6 +41,7 @@ class CompileOptions:
     warmup: bool = True
     promote: bool = True
     cache: Any = None  # a lazy.ExecutableCache; None: the process-wide default
+    plan: lz.ExecutionPlan | None = None
 
     def lazy_options(self, *, float64: bool = False) -> lz.Options:
         """The lazy options; ``float64``: the graph declares float64 values that must stay so

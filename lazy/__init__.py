@@ -27,7 +27,6 @@ from .executor import (
     CompiledProgram,
     Options,
     ParamMode,
-    Placement,
     WarmedBucket,
     compile,
     default_cache,
@@ -37,6 +36,7 @@ from .interpreter import evaluate, run_program
 from .loop import LoopBody, fori_loop
 from .node import Node
 from .ops import SPECS, Op
+from .plan import DEVICE, HOST, ExecutionPlan, GraphPlan, Placement, PlanError
 from .program import Builder, GraphStage, HostStage, Program
 from .shapes import B
 from .special_values import Special, may_be_nan, special_values
@@ -85,6 +85,8 @@ from .tensor import (
 from .verify import verify
 
 __all__ = [
+    "DEVICE",
+    "HOST",
     "HOST_ROWS",
     "IR_VERSION",
     "SPECS",
@@ -101,8 +103,10 @@ __all__ = [
     "ConcretizationError",
     "DTypePolicy",
     "ExecutableCache",
+    "ExecutionPlan",
     "Graph",
     "GraphError",
+    "GraphPlan",
     "GraphStage",
     "HostStage",
     "InputError",
@@ -114,6 +118,7 @@ __all__ = [
     "Options",
     "ParamMode",
     "Placement",
+    "PlanError",
     "Program",
     "RowMixingError",
     "RunStats",

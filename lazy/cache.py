@@ -1,6 +1,9 @@
 """The executable cache: an in-memory LRU over an optional on-disk layer.
 
-Keys are explicit (:class:`CacheKey`); a hit never compiles. The disk layer keeps serialized
+Keys are explicit (:class:`CacheKey`); a hit never compiles. Device executables and host plans
+(numpy code generated from a graph) both go through it, each keyed by its own backend's
+fingerprint; only backends that serialize their executables use the disk layer (a host plan is
+rebuilt from its graph faster than it would be read back). The disk layer keeps serialized
 executables in a directory **the operator trusts** — loading one runs code, so never point it at a
 location others can write. Files are written atomically and carry their key and a sha256 of the
 payload; a file that does not match is counted, ignored and replaced.
@@ -80,14 +83,23 @@ class ExecutableCache:
             exe = self._load(key, backend)
             if exe is None:
                 exe, times = compile()
+                built = backend.target == "host"
                 with self.stats._lock:
-                    self.stats.compiles[cause.value] += 1
-                    self.stats.trace_s += times.trace_s
-                    self.stats.lower_s += times.lower_s
-                    self.stats.compile_s += times.compile_s
+                    if built:
+                        self.stats.host_builds[cause.value] += 1
+                    else:
+                        self.stats.compiles[cause.value] += 1
+                        self.stats.trace_s += times.trace_s
+                        self.stats.lower_s += times.lower_s
+                        self.stats.compile_s += times.compile_s
+                if built:
+                    level = logging.DEBUG
+                else:
+                    level = logging.WARNING if cause is CompileCause.AFTER_READY else logging.INFO
                 log.log(
-                    logging.WARNING if cause is CompileCause.AFTER_READY else logging.INFO,
-                    "compiled %s bucket %d (%s) in %.3f s",
+                    level,
+                    "%s %s bucket %d (%s) in %.3f s",
+                    "built the host plan of" if built else "compiled",
                     key.graph_digest[:12],
                     key.bucket,
                     cause.value,

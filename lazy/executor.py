@@ -16,7 +16,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,7 @@ from .graph import Graph
 from .node import Node
 from .ops import Op
 from .passes import inline_params, optimize, prune, specialize
+from .plan import DEVICE, HOST, ExecutionPlan, GraphPlan, Placement
 from .program import GraphStage, HostStage, Program
 from .shapes import concrete, is_batched, static_size
 from .stats import CompileCause, RunStats
@@ -85,38 +86,34 @@ ALIGNMENT = 64
 MAX_LARGE_BUCKETS = 4
 
 
-#: Buckets of at most this many rows (by default every bucket a graph can have) are timed at
-#: warm-up on the numpy backend too (straight-line host code, :mod:`lazy.backends.numpy_backend`)
-#: and run there where that is faster. A device call has a fixed cost (XLA:CPU ~15 µs, ~45 µs
-#: with a dot) that numpy does not pay. One thread, side by side: scaler + logistic regression
-#: (50 features) ran 1.5-1.7x faster at 10k rows with every bucket on the host than with none,
-#: 2.8x at 100 rows; a 50-100-100-1 MLP's host plan 1.7x at 64 rows, 1.2x at 256, 0.85x at 1024
-#: (where the device then keeps the bucket and every larger one).
+#: Buckets of at most this many rows (by default every bucket a graph can have) may run on the
+#: host (straight-line numpy, :mod:`lazy.backends.numpy_backend`) where warm-up measures that to
+#: be faster: a device call has a fixed cost that numpy does not pay (figures:
+#: docs/performance.md).
 HOST_ROWS = 1 << 20
-#: Graphs that would make more numpy calls than this per run (loop bodies count once per trip)
-#: are not even timed on the host: at ~1 µs a call they cannot beat a device call.
+#: Graphs whose host plan would make more numpy calls than this per run (loop bodies count once
+#: per trip) are not timed on the host: at about a microsecond a call they cannot win.
 HOST_MAX_CALLS = 256
-#: Once the host takes this many times the device's time on a bucket, larger buckets are not
-#: timed: a device call's fixed cost, the host's edge, only shrinks as buckets grow. Nearer than
-#: that they still are, as a host kernel may change algorithm with the rows (FOREST_SUM scores
-#: batches of 16 rows or more by bit-vectors: XGBoost 100 × depth 6 ran 78 µs walked at 64 rows,
-#: 27 µs by bits, where the device took 82).
-HOST_GIVE_UP = 2.0
-#: Interleaved rounds (each of :data:`HOST_TIMING_CALLS` calls per candidate) that decide a
+#: Interleaved rounds (each of :data:`HOST_TIMING_CALLS` calls per lowering) that decide a
 #: bucket's placement: the median round wins.
 HOST_TIMING_ROUNDS = 5
 HOST_TIMING_CALLS = 3
 
 
-@dataclass(frozen=True)
-class Placement:
-    """Where a bucket runs (``"host"``: the numpy backend; ``"device"``: the graph's backend), and
-    the warm-up timings (µs per call, median rounds) that decided it."""
+@dataclass(slots=True)
+class _Bucket:
+    """Everything one bucket of a :class:`CompiledGraph` holds."""
 
-    bucket: int
-    runs_on: str
-    host_us: float
-    device_us: float
+    rows: int
+    placement: Placement | None = None  # decided (measured, by rule, or from a plan)
+    device: Executable | None = None  # the graph backend's executable, once compiled
+    route: tuple[Executable, Any] | None = None  # what its calls run, and with which params
+    # Plans of one output each, where the bucket runs on the host (see run_one).
+    single: dict[int, tuple[Executable, Any]] = field(default_factory=dict)
+
+    @property
+    def on_host(self) -> bool:
+        return self.placement is not None and self.placement.runs_on == HOST
 
 
 @dataclass(frozen=True)
@@ -236,10 +233,20 @@ class Options:
 
 
 class CompiledGraph:
-    """A verified graph bound to a backend, with one executable per bucket."""
+    """A verified graph bound to a backend, with one executable per bucket.
+
+    Where each bucket runs — the backend (``"device"``) or a numpy plan on the host — is its
+    placement (:mod:`lazy.plan`). Given a ``plan`` decided for this graph on these backends,
+    warm-up follows it and compiles only what runs; otherwise warm-up decides (see
+    :meth:`warmup`) and :attr:`plan` is the result, for the caller to persist.
+    """
 
     def __init__(
-        self, graph: Graph, options: Options = Options(), cache: ExecutableCache | None = None
+        self,
+        graph: Graph,
+        options: Options = Options(),
+        cache: ExecutableCache | None = None,
+        plan: GraphPlan | None = None,
     ) -> None:
         self.source = graph
         self.options = options
@@ -273,24 +280,46 @@ class CompiledGraph:
         self._sizes = self.buckets.sizes
         self._params = self.backend.prepare_params(graph.param_values(), policy)
         self._fingerprint = self.backend.fingerprint()
-        self._exes: list[Executable | None] = [None] * len(self.buckets)
-        # What each bucket's calls run: its executable and the parameters it takes (the host's
-        # own copies where warm-up placed the bucket on the host); None until first needed.
-        self._routes: list[tuple[Executable, Any] | None] = [None] * len(self.buckets)
-        #: Buckets warm-up timed on the host too, by bucket size.
-        self.placements: dict[int, Placement] = {}
-        # Whether the next bucket warmed is worth timing on the host: not once the device has
-        # won a bucket by HOST_GIVE_UP or more.
-        self._host: tuple[Backend, Any] | None = None  # the numpy backend and its parameters
-        #: Which buckets' calls run a host plan (numpy: warm-up placed them there, or the graph's
-        #: backend is numpy), and their plans of one output each (see :meth:`run_one`).
-        self._on_host = [self.backend.target == "host"] * len(self.buckets)
-        self._single: dict[tuple[int, int], tuple[Executable, Any]] = {}
-        self._host_may_win = (
-            options.host_rows > 0
-            and self.backend.target != "host"
-            and host_calls(self.host_graph.order) <= HOST_MAX_CALLS
-        )
+        self._numpy = get_backend("numpy")
+        self._host_params: Any = None  # the host plans' own parameters, prepared once
+        self._buckets = [_Bucket(rows) for rows in self._sizes]
+        #: Why a given plan was not followed (None: followed, or none given).
+        self.plan_refused: str | None = None
+        if plan is not None:
+            self.plan_refused = plan.matches(self.graph.digest, self.backends, self._sizes)
+            if self.plan_refused is None:
+                for bucket, placement in zip(self._buckets, plan.placements, strict=True):
+                    bucket.placement = placement
+        # Why no bucket may run on the host, if none may (checked once; None: some may).
+        self._host_excluded = self._host_exclusion()
+
+    @property
+    def backends(self) -> str:
+        """The fingerprints a placement depends on: the graph's backend's and the host's."""
+        return f"{self._fingerprint} | {self._numpy.fingerprint()}"
+
+    @property
+    def plan(self) -> GraphPlan | None:
+        """Every bucket's placement, once each is decided (after :meth:`warmup`)."""
+        placements = [b.placement for b in self._buckets]
+        if any(p is None for p in placements):
+            return None
+        return GraphPlan(self.graph.digest, self.backends, tuple(placements))  # type: ignore[arg-type]
+
+    @property
+    def placements(self) -> dict[int, Placement]:
+        """The placements decided so far, by bucket rows."""
+        return {b.rows: b.placement for b in self._buckets if b.placement is not None}
+
+    def _host_exclusion(self) -> str | None:
+        if self.backend.target == "host":
+            return None
+        if self.options.host_rows <= 0:
+            return "host placement is off (host_rows 0)"
+        calls = host_calls(self.host_graph.order)
+        if calls > HOST_MAX_CALLS:
+            return f"its host plan makes {calls} numpy calls a run, over {HOST_MAX_CALLS}"
+        return None
 
     # -- compilation -------------------------------------------------------------------------
     def key(self, bucket: int) -> CacheKey:
@@ -302,73 +331,109 @@ class CompiledGraph:
             self._fingerprint,
         )
 
-    def _executable(self, index: int, cause: CompileCause) -> Executable:
-        bucket = self.buckets.sizes[index]
-        if self.ready and cause is CompileCause.ON_DEMAND:
-            cause = CompileCause.AFTER_READY
-        key = self.key(bucket)
+    def _host_key(self, bucket: int, graph: Graph) -> CacheKey:
+        return CacheKey(graph.digest, bucket, self._policy.value, "args", self._numpy.fingerprint())
+
+    def _cause(self, cause: CompileCause) -> CompileCause:
+        return CompileCause.AFTER_READY if self.ready and cause is CompileCause.ON_DEMAND else cause
+
+    def _device(self, index: int, cause: CompileCause) -> Executable:
+        """Bucket ``index``'s executable on the graph's backend, compiled or from the cache."""
+        bucket = self._buckets[index]
+        if bucket.device is not None:
+            return bucket.device
+        key = self.key(bucket.rows)
         known = key in self.cache
-        exe = self.cache.get(
-            key, self.backend, lambda: self.backend.compile(self.graph, bucket, self._policy), cause
-        )
+        compile = lambda: self.backend.compile(self.graph, bucket.rows, self._policy)  # noqa: E731
+        exe = self.cache.get(key, self.backend, compile, self._cause(cause))
         if not known:
-            self.compiles[cause.value] += 1
-        self._exes[index] = exe
-        if self._routes[index] is None:
-            self._routes[index] = (exe, self._params)
+            self.compiles[self._cause(cause).value] += 1
+        bucket.device = exe
         return exe
 
+    def _host(self, rows: int, cause: CompileCause, graph: Graph | None = None) -> Executable:
+        """A host plan of ``graph`` (the host graph) for ``rows`` rows, through the cache."""
+        graph = self.host_graph if graph is None else graph
+        numpy = self._numpy
+        compile = lambda: numpy.compile(graph, rows, self._policy)  # noqa: E731
+        return self.cache.get(self._host_key(rows, graph), numpy, compile, cause)
+
+    def _host_route(self, rows: int, cause: CompileCause) -> tuple[Executable, Any]:
+        if self._host_params is None:
+            values = self.host_graph.param_values()
+            self._host_params = self._numpy.prepare_params(values, self._policy)
+        return self._host(rows, cause), self._host_params
+
+    def _bind(self, index: int, cause: CompileCause) -> tuple[Executable, Any]:
+        """Route bucket ``index`` where it is placed (the graph's backend if not yet placed)."""
+        bucket = self._buckets[index]
+        if bucket.on_host and self.backend.target != "host":
+            bucket.route = self._host_route(bucket.rows, self._cause(cause))
+        else:
+            bucket.route = (self._device(index, cause), self._params)
+        return bucket.route
+
     def warmup(self, on_bucket: Callable[[int, float], None] | None = None) -> None:
-        """Compile (or load) and run every bucket once; then the graph is ready. ``on_bucket``
-        is called after each with the bucket's rows and the seconds it took."""
-        for index, rows in enumerate(self.buckets.sizes):
+        """Place, compile (or load) and run every bucket once; then the graph is ready.
+        ``on_bucket`` is called after each with the bucket's rows and the seconds it took.
+
+        Without a plan, each bucket is placed by one rule and one measurement. A device call's
+        fixed cost is the host's edge, and it only grows as buckets shrink. So buckets are warmed
+        largest first: those of at most ``host_rows`` rows are timed on both lowerings until the
+        host wins one, and that bucket and every smaller one run on the host, which compiles no
+        device executable for them. Buckets above ``host_rows``, and every bucket of a graph the
+        host cannot run cheaply, stay on the device without timing.
+        """
+        for index in reversed(range(len(self._buckets))):
             t0 = time.perf_counter()
             self.warm_bucket(index)
             if on_bucket is not None:
-                on_bucket(rows, time.perf_counter() - t0)
+                on_bucket(self._buckets[index].rows, time.perf_counter() - t0)
         self.ready = True
 
     def warm_bucket(self, index: int) -> None:
-        """Compile (or load) bucket ``index`` and run it once on zeros; a bucket of at most
-        ``host_rows`` rows is then timed against the numpy backend, and the faster one kept."""
-        bucket = self.buckets.sizes[index]
-        exe = self._executable(index, CompileCause.WARMUP)
+        """Place bucket ``index`` (if no plan did), compile (or load) what it runs, and run it
+        once on zeros."""
+        bucket = self._buckets[index]
         # Zeros written out, not np.zeros: a large np.zeros maps every page to the one zero page,
         # which reads from L1 and would flatter whatever the timing below measures on it.
-        dummy = [np.full((bucket, *shape), 0, dtype) for _, shape, dtype, _ in self._inputs]
-        exe(dummy, self._params)
-        if self._host_may_win and bucket <= self.options.host_rows:
-            self._place(index, exe, dummy)
+        dummy = [np.full((bucket.rows, *shape), 0, dtype) for _, shape, dtype, _ in self._inputs]
+        if bucket.placement is None:
+            bucket.placement = self._place(index, dummy)
+        exe, params = self._bind(index, CompileCause.WARMUP)
+        exe(dummy, params)
 
-    def _place(self, index: int, exe: Executable, dummy: list[np.ndarray]) -> None:
-        """Time bucket ``index`` on the backend and on the host, in interleaved rounds, and route
-        its calls to the faster. Both compute the same graph in the same dtypes (each with its
-        own formulation of any VARIANT); which is faster depends on the graph and the machine,
-        so it is measured, not guessed."""
-        if self._host is None:
-            backend = get_backend("numpy")
-            values = self.host_graph.param_values()
-            self._host = (backend, backend.prepare_params(values, self._policy))
-        host, host_params = self._host
-        host_exe, _ = host.compile(self.host_graph, self.buckets.sizes[index], self._policy)
+    def _place(self, index: int, dummy: list[np.ndarray]) -> Placement:
+        """Bucket ``index``'s placement by the rule of :meth:`warmup`, timing it if need be."""
+        rows = self._buckets[index].rows
+        if self.backend.target == "host":
+            return Placement(rows, HOST, "the graph's backend runs on the host")
+        if self._host_excluded is not None:
+            return Placement(rows, DEVICE, self._host_excluded)
+        if rows > self.options.host_rows:
+            return Placement(rows, DEVICE, f"over host_rows ({self.options.host_rows})")
+        larger = [b for b in self._buckets[index + 1 :] if b.on_host]
+        if larger:
+            return Placement(rows, HOST, f"the host won the larger bucket {larger[-1].rows}")
+        return self._measure(index, dummy)
+
+    def _measure(self, index: int, dummy: list[np.ndarray]) -> Placement:
+        """Time bucket ``index`` on the backend and on the host, in interleaved rounds. Both
+        compute the same graph in the same dtypes (each with its own formulation of any
+        VARIANT); which is faster depends on the graph and the machine."""
+        exe, params = self._device(index, CompileCause.WARMUP), self._params
+        host_exe, host_params = self._host_route(self._buckets[index].rows, CompileCause.WARMUP)
+        exe(dummy, params)
         host_exe(dummy, host_params)
         host_us: list[float] = []
         device_us: list[float] = []
         for _ in range(HOST_TIMING_ROUNDS):
-            _time_round(lambda: exe(dummy, self._params), device_us)
+            _time_round(lambda: exe(dummy, params), device_us)
             _time_round(lambda: host_exe(dummy, host_params), host_us)
-        placement = Placement(
-            self.buckets.sizes[index],
-            "host" if statistics.median(host_us) < statistics.median(device_us) else "device",
-            statistics.median(host_us),
-            statistics.median(device_us),
-        )
-        self.placements[placement.bucket] = placement
-        if placement.runs_on == "host":
-            self._routes[index] = (host_exe, host_params)
-            self._on_host[index] = True
-        elif placement.host_us > HOST_GIVE_UP * placement.device_us:
-            self._host_may_win = False
+        # To 10 ns: what a plan keeps (and a JSON round trip gives back exactly).
+        host, device = round(statistics.median(host_us), 2), round(statistics.median(device_us), 2)
+        runs_on = HOST if host < device else DEVICE
+        return Placement(self._buckets[index].rows, runs_on, "measured", host, device)
 
     # -- running -----------------------------------------------------------------------------
     def __call__(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -388,17 +453,18 @@ class CompiledGraph:
         arrays, rows = self._validate(inputs)
         if 0 < rows <= self.buckets.max_batch:
             index = self.buckets.index(rows)
-            if self._on_host[index]:
-                route = self._single.get((index, output)) or self._single_route(index, output)
+            bucket = self._buckets[index]
+            if bucket.on_host:
+                route = bucket.single.get(output) or self._single_route(index, output)
                 return self._run_rows(arrays, rows, route)[0]
         return self._run_rows(arrays, rows)[output]
 
     def _single_route(self, index: int, output: int) -> tuple[Executable, Any]:
-        host = get_backend("numpy")
+        bucket = self._buckets[index]
         graph = prune(self.host_graph, [self._outputs[output]])
-        exe, _ = host.compile(graph, self._sizes[index], self._policy)
-        route = (exe, host.prepare_params(graph.param_values(), self._policy))
-        self._single[(index, output)] = route
+        exe = self._host(bucket.rows, CompileCause.ON_DEMAND, graph)
+        route = (exe, self._numpy.prepare_params(graph.param_values(), self._policy))
+        bucket.single[output] = route
         return route
 
     def _run_rows(
@@ -452,7 +518,7 @@ class CompiledGraph:
     ) -> list[np.ndarray]:
         index = self.buckets.index(rows)
         self.stats.chunks += 1
-        route = route or self._routes[index] or self._route_on_demand(index)
+        route = route or self._buckets[index].route or self._bind(index, CompileCause.ON_DEMAND)
         return self._call(route, index, arrays, rows)
 
     def _call(
@@ -467,12 +533,6 @@ class CompiledGraph:
         self.stats.padded_rows += bucket - rows
         outs = exe([pad_rows(a, bucket) for a in arrays], params)
         return [o[:rows] for o in outs]
-
-    def _route_on_demand(self, index: int) -> tuple[Executable, Any]:
-        self._executable(index, CompileCause.ON_DEMAND)  # routes the bucket to it
-        route = self._routes[index]
-        assert route is not None
-        return route
 
     def _validate(self, inputs: Mapping[str, Any]) -> tuple[list[np.ndarray], int]:
         arrays = []
@@ -511,8 +571,7 @@ class CompiledGraph:
         such a call would; with :attr:`params` it is everything the call dispatches (benchmarks)."""
         if not 1 <= rows <= self.buckets.call_rows:
             raise InputError(f"rows must be in 1..{self.buckets.call_rows}, got {rows}")
-        index = self.buckets.index(rows)
-        return self._exes[index] or self._executable(index, CompileCause.ON_DEMAND)
+        return self._device(self.buckets.index(rows), CompileCause.ON_DEMAND)
 
     @property
     def params(self) -> Any:
@@ -529,21 +588,33 @@ class CompiledGraph:
 
     @property
     def executables(self) -> int:
-        """How many buckets have an executable bound."""
-        return sum(e is not None for e in self._exes)
+        """How many buckets have an executable of the graph's backend compiled."""
+        return sum(b.device is not None for b in self._buckets)
 
 
 class CompiledProgram:
-    """Graph segments and host steps run in order over an environment of named arrays."""
+    """Graph segments and host steps run in order over an environment of named arrays.
+
+    ``plan``: the execution plan an earlier compile of the same program decided (its graphs'
+    plans in order); each graph follows its own where it still matches (see
+    :attr:`plan_refused`)."""
 
     def __init__(
-        self, program: Program, options: Options = Options(), cache: ExecutableCache | None = None
+        self,
+        program: Program,
+        options: Options = Options(),
+        cache: ExecutableCache | None = None,
+        plan: ExecutionPlan | None = None,
     ) -> None:
         self.program = program
+        graph_plans = iter(plan.graphs if plan is not None else ())
         self.stages: list[CompiledGraph | HostStage] = [
-            CompiledGraph(s.graph, options, cache) if isinstance(s, GraphStage) else s
+            CompiledGraph(s.graph, options, cache, next(graph_plans, None))
+            if isinstance(s, GraphStage)
+            else s
             for s in program.stages
         ]
+        self._plan_count = None if plan is None else len(plan.graphs)
         # One graph stage and nothing else (the common case): call it directly and name its
         # output list by position, found once here rather than by name on every call.
         only = self.stages[0] if len(self.stages) == 1 else None
@@ -565,6 +636,23 @@ class CompiledProgram:
     @property
     def ready(self) -> bool:
         return all(g.ready for g in self.graphs)
+
+    @property
+    def plan(self) -> ExecutionPlan | None:
+        """Every graph's placements, once warm-up decided them: what to persist."""
+        plans = [g.plan for g in self.graphs]
+        if any(p is None for p in plans):
+            return None
+        return ExecutionPlan(tuple(plans))  # type: ignore[arg-type]
+
+    @property
+    def plan_refused(self) -> str | None:
+        """Why the plan given was not followed in full (None: it was, or none was given)."""
+        graphs = self.graphs
+        if self._plan_count is not None and self._plan_count != len(graphs):
+            return f"it plans {self._plan_count} graphs, this program has {len(graphs)}"
+        reasons = [f"graph {i}: {g.plan_refused}" for i, g in enumerate(graphs) if g.plan_refused]
+        return "; ".join(reasons) or None
 
     @property
     def bucket_count(self) -> int:
@@ -641,13 +729,15 @@ def compile(
     cache: ExecutableCache | None = None,
     *,
     warmup: bool = True,
+    plan: ExecutionPlan | None = None,
 ) -> CompiledProgram:
-    """Compile a program (or a single graph) for ``options.backend``; warm every bucket."""
+    """Compile a program (or a single graph) for ``options.backend``; warm every bucket, where
+    ``plan`` (an earlier compile's :attr:`CompiledProgram.plan`) places them if given."""
     if isinstance(program, Graph):
         program = Program(
             program.inputs, (GraphStage(program),), tuple((n, n) for n in program.output_names)
         )
-    compiled = CompiledProgram(program, options, cache)
+    compiled = CompiledProgram(program, options, cache, plan)
     if warmup:
         compiled.warmup()
     return compiled

@@ -23,7 +23,11 @@ class CacheStats:
     disk_writes: int = 0
     disk_errors: int = 0
     evictions: int = 0
-    compiles: Counter[str] = field(default_factory=Counter)
+    compiles: Counter[str] = field(default_factory=Counter)  # device executables, by cause
+    # Host plans built (numpy code generated from a graph in milliseconds), by cause: not
+    # compiles of device code, so never counted as one (a restart that loads every executable
+    # from disk still builds its host plans).
+    host_builds: Counter[str] = field(default_factory=Counter)
     trace_s: float = 0.0
     lower_s: float = 0.0
     compile_s: float = 0.0
@@ -38,6 +42,7 @@ class CacheStats:
         with self._lock:
             data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "_lock"}
         data["compiles"] = dict(data["compiles"])
+        data["host_builds"] = dict(data["host_builds"])
         data["total_compiles"] = sum(data["compiles"].values())
         return data
 

@@ -60,7 +60,7 @@ def run_demo(cache_dir: Path | None = None, max_batch: int = 1024) -> int:
     model = compiler.CompiledModel(state["traced"], options)
     buckets = model.compiled.bucket_count
     with (
-        _timed(steps, f"compile + warm {buckets} buckets", lambda: _cache_line(cache)),
+        _timed(steps, f"compile + warm {buckets} buckets", lambda: _cache_line(model, cache)),
         LoadDisplay(Console(stderr=True)) as display,
     ):
         display.show("compiling", 0, buckets)
@@ -116,9 +116,11 @@ def _report_line(report: compiler.CompileReport) -> str:
     return f"{steps}: {report.graph_nodes} nodes, {report.parameters} fitted values on the device"
 
 
-def _cache_line(cache: lz.ExecutableCache) -> str:
+def _cache_line(model: compiler.CompiledModel, cache: lz.ExecutableCache) -> str:
     s = cache.stats
+    placements = [p for graph in model.compiled.graphs for p in graph.placements.values()]
+    on_host = sum(p.runs_on == lz.HOST for p in placements)
     return (
-        f"{s.total_compiles} compiled (trace {s.trace_s:.2f}s, lower {s.lower_s:.2f}s, "
+        f"{on_host} on the host, {s.total_compiles} compiled (trace {s.trace_s:.2f}s, lower {s.lower_s:.2f}s, "
         f"XLA {s.compile_s:.2f}s), {s.disk_hits} loaded from disk ({s.disk_load_s:.2f}s)"
     )

@@ -249,6 +249,15 @@ class _CacheCollector(Collector):
         for cause in lz.CompileCause:
             compiles.add_metric((cause.value,), float(by_cause.get(cause.value, 0)))
         yield compiles
+        builds = CounterMetricFamily(
+            "kestrel_host_plan_builds",
+            "Host plans (numpy code generated from a graph, milliseconds each) built, by cause.",
+            labels=("cause",),
+        )
+        by_cause = dict(s["host_builds"])  # type: ignore[arg-type]
+        for cause in lz.CompileCause:
+            builds.add_metric((cause.value,), float(by_cause.get(cause.value, 0)))
+        yield builds
         seconds = CounterMetricFamily(
             "kestrel_compile_seconds",
             "Seconds spent tracing, lowering, compiling and loading executables from disk.",

@@ -166,6 +166,9 @@ class ModelVersion:
             out["host_buckets"] = sorted(
                 {p.bucket for g in graphs for p in g.placements.values() if p.runs_on == "host"}
             )
+            plan = self.model.plan
+            if plan is not None:  # where each bucket runs and why, as every replica runs it
+                out["plan"] = [[p.as_dict() for p in g.placements] for g in plan.graphs]
             if self.model.classes_ is not None:
                 out["classes"] = np.asarray(self.model.classes_).tolist()
         return out
@@ -454,6 +457,7 @@ class ModelManager:
             sample=sample,
             created=mv.created,
             metadata={"framework": mv.framework, "parity": mv.parity},
+            plan=_plan_dict(mv.model),
         )
 
     async def _finish(
@@ -532,9 +536,12 @@ class ModelManager:
             if manifest is not None:
                 self._floor = max(self._floor, manifest.generation)
 
-    def _compile(self, mv: ModelVersion, estimator: Any, sample: Any) -> None:
+    def _compile(
+        self, mv: ModelVersion, estimator: Any, sample: Any, plan: lz.ExecutionPlan | None = None
+    ) -> None:
         """Compile every bucket (or load it from the disk cache), run it, check parity. Blocking.
-        ``mv.progress`` follows along, for clients polling the version."""
+        ``mv.progress`` follows along, for clients polling the version. ``plan``: the stored
+        version's execution plan, followed where it still matches this process."""
         mv.progress = LoadProgress(Phase.COMPILING)
         opts = mv.options
         max_batch = opts.max_batch or self.settings.max_batch
@@ -549,12 +556,24 @@ class ModelManager:
             allow_host_steps=self._allow_host_steps,
             cache=self.cache,
             warmup=False,  # below, bucket by bucket
+            plan=plan,
         )
         schema_sample = None
         if sample is not None:
             schema = compiler.trace(estimator, options=self._trace_options(opts)).schema
             schema_sample = parity.source_input(schema, sample)
         model = compiler.compile(estimator, sample=schema_sample, options=options)
+        refused = model.compiled.plan_refused
+        if plan is not None and refused is not None:
+            # Answers may differ in the last float32 bit from replicas that follow the plan.
+            log.warning(
+                "model %s version %s: not following its stored execution plan (%s); "
+                "placing its buckets anew",
+                mv.name,
+                mv.version,
+                refused,
+                extra={"model": mv.name, "version": mv.version},
+            )
         total = model.compiled.bucket_count
         mv.progress = LoadProgress(Phase.COMPILING, 0, total)
 
@@ -871,7 +890,7 @@ class ModelManager:
             host_step_modules=self.settings.host_step_modules,
         )
         mv.framework = loaded.framework
-        self._compile(mv, loaded.estimator, sample)
+        self._compile(mv, loaded.estimator, sample, _stored_plan(mv, record))
         return record
 
     async def wait(self, mv: ModelVersion, timeout: float) -> bool:
@@ -987,6 +1006,28 @@ def _trace_options(
         backend="interpreter",
         warmup=False,
     )
+
+
+def _plan_dict(model: compiler.CompiledModel | None) -> dict[str, Any] | None:
+    plan = None if model is None else model.plan
+    return None if plan is None else plan.as_dict()
+
+
+def _stored_plan(mv: ModelVersion, record: VersionRecord) -> lz.ExecutionPlan | None:
+    """The record's execution plan; None (with a warning) if it has none or it is unreadable."""
+    if record.plan is None:
+        return None  # registered before plans were stored: placed anew here
+    try:
+        return lz.ExecutionPlan.from_dict(record.plan)
+    except lz.PlanError as exc:
+        log.warning(
+            "model %s version %s: its stored execution plan is unreadable (%s); placing anew",
+            mv.name,
+            mv.version,
+            exc,
+            extra={"model": mv.name, "version": mv.version},
+        )
+        return None
 
 
 def _reason(exc: BaseException) -> str:

@@ -115,9 +115,10 @@ def compile_file(
         "format": loaded.format,
         "trace_seconds": trace_s,
         "report": traced.report.as_dict(),
-        "buckets": [{"graph": b.graph, "bucket": b.bucket, "seconds": b.seconds} for b in warmed],
+        "buckets": [_bucket_entry(model, b) for b in sorted(warmed, key=_position)],
         "compiled": cache.stats.total_compiles,
         "loaded_from_disk": cache.stats.disk_hits,
+        "on_host": sum(p.runs_on == lz.HOST for p in _placements(model)),
         "parity": result.as_dict(),
     }
     if as_json:
@@ -129,6 +130,26 @@ def compile_file(
             f"parity check failed on {result.source} and probe rows: {result.problem}"
         )
     return 0
+
+
+def _placements(model: compiler.CompiledModel) -> list[lz.Placement]:
+    return [p for graph in model.compiled.graphs for p in graph.placements.values()]
+
+
+def _position(bucket: lz.WarmedBucket) -> tuple[int, int]:
+    return bucket.graph, bucket.bucket  # warm-up runs largest first; the report reads upward
+
+
+def _bucket_entry(model: compiler.CompiledModel, bucket: lz.WarmedBucket) -> dict[str, Any]:
+    """One warmed bucket: its time, and where the execution plan runs it and why."""
+    placement = model.compiled.graphs[bucket.graph].placements[bucket.bucket]
+    return {
+        "graph": bucket.graph,
+        "bucket": bucket.bucket,
+        "seconds": bucket.seconds,
+        "runs_on": placement.runs_on,
+        "reason": placement.reason,
+    }
 
 
 def _source_rows(schema: compiler.InputSchema, rows: Any, sample: Path | None) -> Any:
@@ -158,12 +179,15 @@ def _print_report(console: Console, report: dict[str, Any]) -> None:
     buckets = Table(title="buckets")
     for col in ("graph", "bucket", "seconds"):
         buckets.add_column(col, justify="right")
+    for col in ("runs on", "why"):
+        buckets.add_column(col)
     for b in report["buckets"]:
-        buckets.add_row(str(b["graph"]), str(b["bucket"]), f"{b['seconds']:.3f}")
+        row = (str(b["graph"]), str(b["bucket"]), f"{b['seconds']:.3f}", b["runs_on"], b["reason"])
+        buckets.add_row(*row)
     console.print(buckets)
     console.print(
-        f"{len(report['buckets'])} buckets: {report['compiled']} compiled, "
-        f"{report['loaded_from_disk']} loaded from disk; "
+        f"{len(report['buckets'])} buckets: {report['on_host']} on the host, "
+        f"{report['compiled']} compiled, {report['loaded_from_disk']} loaded from disk; "
         f"graph {report['report'].get('graph_nodes')} nodes"
     )
     result = report["parity"]

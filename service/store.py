@@ -153,6 +153,8 @@ class VersionRecord:
 
     ``options`` (compile options) and ``metadata`` (framework versions, parity, report summary)
     are opaque to the store but must be JSON-serializable; they are copied on construction.
+    ``plan`` is the execution plan the registering server decided (``lazy.ExecutionPlan``, as a
+    dict; also opaque here): every replica and restart that loads the version follows it.
     """
 
     name: str
@@ -164,6 +166,7 @@ class VersionRecord:
     sample: str | None = None  # sha256 of a stored sample blob
     created: float = field(default_factory=time.time)
     metadata: dict[str, Any] = field(default_factory=dict)
+    plan: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         validate_name(self.name, "model name")
@@ -187,6 +190,10 @@ class VersionRecord:
             if not isinstance(value, Mapping):
                 raise InvalidRecord(f"{attr} must be a dict, got {type(value).__name__}")
             object.__setattr__(self, attr, _json_copy(dict(value), attr))
+        if self.plan is not None:
+            if not isinstance(self.plan, Mapping):
+                raise InvalidRecord(f"plan must be a dict, got {type(self.plan).__name__}")
+            object.__setattr__(self, "plan", _json_copy(dict(self.plan), "plan"))
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-compatible dict; ``VersionRecord.from_json(r.to_json()) == r``."""
@@ -200,6 +207,7 @@ class VersionRecord:
             "sample": self.sample,
             "created": self.created,
             "metadata": _json_copy(self.metadata, "metadata"),
+            "plan": None if self.plan is None else _json_copy(self.plan, "plan"),
         }
 
     @classmethod
@@ -221,6 +229,7 @@ class VersionRecord:
             sample=data.get("sample"),
             created=data["created"],
             metadata=data.get("metadata", {}),
+            plan=data.get("plan"),
         )
 
     def blobs(self) -> list[str]:

@@ -18,8 +18,10 @@ import lazy as lz
 
 
 def _options(max_batch: int = 8, **kw) -> lz.Options:
-    # Buckets up to max_batch only (no large ones), unless a test asks: counts stay predictable.
+    # Buckets up to max_batch only (no large ones), every one on the device (none placed on the
+    # host, which compiles no device executable), unless a test asks: counts stay predictable.
     kw.setdefault("call_rows", max_batch)
+    kw.setdefault("host_rows", 0)
     return lz.Options(max_batch=max_batch, **kw)
 
 

@@ -111,13 +111,14 @@ def test_unaligned_rows_run_aligned_chunks_after_a_short_prefix(graph, cache) ->
 
 def test_large_calls_compile_nothing_after_warmup(graph, cache) -> None:
     compiled = lz.compile(graph, lz.Options(max_batch=8), cache).graphs[0]
-    assert compiled.compiles == {"warmup": len(compiled.buckets)}
+    warmed = dict(compiled.compiles)
+    assert set(warmed) == {"warmup"}
     x = _x(3000, offset_bytes=8)
     for rows in (9, 100, 129, 1000, 2999):
         out = compiled({"x": x[:rows]})
         ref = lz.evaluate(compiled.source, {"x": x[:rows]})
         np.testing.assert_allclose(out["proba"], ref["proba"], rtol=1e-5, atol=1e-6)
-    assert compiled.compiles == {"warmup": len(compiled.buckets)}
+    assert compiled.compiles == warmed
 
 
 def test_executable_covers_large_buckets(graph, cache) -> None:
