@@ -8,6 +8,11 @@ timed by the client. The server is then restarted on the same store and cache an
 ``/readyz`` (every stored version loaded) is taken, with the part of it the version's own load
 took (the rest is the process starting) and the compiles the restart made.
 
+The first registration of a fresh process may wait for one-time work (imports, the native
+kernels: ``service/runtime.py``), so a second model of the same kind, fitted on another seed
+(nothing of it in any cache), is then registered on the running server: what a registration
+costs once the server is up.
+
 Usage::
 
     python bench/ready.py [--models lr,rf,hgb,mlp] [--max-batch 1024] [--compare PATH]
@@ -42,7 +47,8 @@ from load import (  # a script: its directory is not a package
 class Ready:
     checkout: str
     model: str
-    register_s: float  # upload to READY (the client's clock)
+    register_s: float  # upload to READY (the client's clock), the process's first
+    running_s: float  # the same for a model fitted on another seed, on the running server
     restart_s: float  # process start to /readyz with the version loaded
     reload_s: float  # of which the version's own load (the server's load_seconds)
     restart_compiles: float
@@ -83,6 +89,26 @@ def _version(url: str, model: str) -> dict[str, Any]:
     return version
 
 
+def _register(url: str, name: str, artifact: Path, sample: str, max_batch: int) -> float:
+    """Seconds from upload to READY (``wait=true``)."""
+    import httpx
+
+    with artifact.open("rb") as fh:
+        t0 = time.perf_counter()
+        r = httpx.post(
+            f"{url}/models",
+            params={"wait": "true"},
+            data={"name": name, "sample": sample, "options": json.dumps({"max_batch": max_batch})},
+            files={"file": (artifact.name, fh)},
+            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+            timeout=900,
+        )
+        seconds = time.perf_counter() - t0
+    if r.status_code != 201:
+        raise SystemExit(f"registering {name}: {r.status_code} {r.text}")
+    return seconds
+
+
 def measure(checkout: Path, model: str, artifacts: Path, sample: str, max_batch: int) -> Ready:
     import httpx
 
@@ -95,23 +121,9 @@ def measure(checkout: Path, model: str, artifacts: Path, sample: str, max_batch:
         with server_process(
             "kestrel", [*argv, "--port", str(port)], port, log, env, 300, cwd=checkout
         ) as (url, _):
-            with (artifacts / f"{model}.skops").open("rb") as fh:
-                t0 = time.perf_counter()
-                r = httpx.post(
-                    f"{url}/models",
-                    params={"wait": "true"},
-                    data={
-                        "name": model,
-                        "sample": sample,
-                        "options": json.dumps({"max_batch": max_batch}),
-                    },
-                    files={"file": (f"{model}.skops", fh)},
-                    headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
-                    timeout=900,
-                )
-                register_s = time.perf_counter() - t0
-            if r.status_code != 201:
-                raise SystemExit(f"{checkout}: registering {model}: {r.status_code} {r.text}")
+            register_s = _register(url, model, artifacts / f"{model}.skops", sample, max_batch)
+            other = artifacts / "other" / f"{model}.skops"
+            running_s = _register(url, f"{model}-other", other, sample, max_batch)
             version = _version(url, model)
         port = free_port()
         t0 = time.perf_counter()
@@ -129,6 +141,7 @@ def measure(checkout: Path, model: str, artifacts: Path, sample: str, max_batch:
         str(checkout),
         model,
         register_s,
+        running_s,
         restart_s,
         reload_s,
         compiles,
@@ -151,6 +164,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="kestrel-ready-artifacts-") as tmp:
         artifacts = Path(tmp)
         write_artifacts(models, artifacts)
+        write_artifacts(build_models(names, seed=1)[0], artifacts / "other")
         sample = json.dumps(x[:64].tolist())
         for name in names:
             for checkout in checkouts:  # alternating: both see the same machine state
@@ -158,14 +172,15 @@ def main(argv: list[str] | None = None) -> None:
                 results.append(measure(checkout, name, artifacts, sample, args.max_batch))
     print(f"\nmax_batch {args.max_batch}; seconds (restart: to /readyz with the model loaded)\n")
     print(
-        "| checkout | model | register → READY | restart → ready | restart compiles | "
-        "device buckets / buckets |"
+        "| checkout | model | register → READY, first | on the running server | "
+        "restart → ready | restart compiles | device buckets / buckets |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for r in results:
         device = "no plan" if r.device_buckets < 0 else f"{r.device_buckets} / {r.buckets}"
         print(
-            f"| {Path(r.checkout).name} | {r.model} | {r.register_s:.2f} | {r.restart_s:.2f} | "
+            f"| {Path(r.checkout).name} | {r.model} | {r.register_s:.2f} | {r.running_s:.2f} | "
+            f"{r.restart_s:.2f} | "
             f"{r.restart_compiles:.0f} | {device} |"
         )
     if args.out:

@@ -83,6 +83,7 @@ from .tensor import (
     where,
 )
 from .verify import verify
+from .warm import warm_kernels
 
 __all__ = [
     "DEVICE",
@@ -172,5 +173,6 @@ __all__ = [
     "update",
     "variant",
     "verify",
+    "warm_kernels",
     "where",
 ]

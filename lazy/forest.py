@@ -25,26 +25,16 @@ from typing import Any
 
 import numpy as np
 
+from . import forest_bits
 from . import native as _native
 from .errors import BackendError
+from .node_tables import check_tables
 
 #: Rows from which a batch goes through :mod:`lazy.forest_bits` (XGBoost 100 × depth 6, one
 #: thread: walked 20 µs at 16 rows, 78 at 64; batch kernel 15 and 26).
 BIT_ROWS = 16
 
 Walk = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], Any]
-
-
-def check_tables(x: np.ndarray, feature: np.ndarray, left: np.ndarray, trees: int) -> None:
-    """Raise IndexError unless every index the walk may follow is in bounds."""
-    n = len(left)
-    inner = left != np.arange(n)
-    if trees > n:
-        raise IndexError(f"FOREST_SUM has {trees} trees but {n} nodes")
-    if np.any((feature < 0) | (feature >= x.shape[1])):
-        raise IndexError(f"FOREST_SUM feature index outside the {x.shape[1]} features")
-    if np.any(inner & ((left < 0) | (left >= n - 1))):
-        raise IndexError(f"FOREST_SUM child index outside the {n} nodes")
 
 
 def reference(
@@ -80,12 +70,17 @@ def native(trees: int, depth: int) -> Walk:
     Batches of at least :data:`BIT_ROWS` rows go through the batch kernel (:mod:`lazy.forest_bits`:
     bit-vectors, then a compacted walk; the same sums), unless the tables do not suit it; the
     rest are walked row by row."""
-    from . import forest_bits  # here: it imports this module's check_tables
-
     kernel = _kernel()
 
     def walk(*operands: np.ndarray) -> np.ndarray:
-        x, feature, _, _, left, value = operands
+        # Rows writable and in C order, whatever view the graph hands over: numba compiles a
+        # kernel per layout and per read-only flag, and each compile takes seconds on a cold
+        # cache (:mod:`lazy.warm` builds the few that remain before a model needs them).
+        x = operands[0]
+        if not (x.flags.c_contiguous and x.flags.writeable):
+            x = np.array(x, order="C")
+            operands = (x, *operands[1:])
+        _, feature, _, _, left, value = operands
         if x.shape[0] >= BIT_ROWS:
             tables = forest_bits.CACHE.tables(operands, trees, depth)
             if tables is not None:

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import native as _native
-from .forest import check_tables
+from .node_tables import check_tables
 
 WORD_BITS = 32
 #: Trees of up to this many mask words are evaluated whole by bit-vectors.

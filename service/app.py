@@ -32,7 +32,7 @@ from starlette.requests import ClientDisconnect
 
 import compiler
 import lazy as lz
-from service import artifacts, batcher, codecs, fastpath, openapi, store
+from service import artifacts, batcher, codecs, fastpath, openapi, runtime, store
 from service.access import Auth
 from service.admission import Admission, ScoringLoad
 from service.errors import (
@@ -113,6 +113,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        runtime.start_preparing()
         tasks = [asyncio.create_task(_start(manager, settings, preloader))]
         if settings.poll_interval_s > 0:
             tasks.append(asyncio.create_task(_poll(manager, settings.poll_interval_s)))

@@ -454,8 +454,11 @@ class NumpyBackend(Backend):
         )
 
     def prepare_params(self, values: Sequence[np.ndarray], policy: DTypePolicy) -> Any:
+        # Read-only, whatever the caller's arrays are: no kernel may write a fitted value, and
+        # numba types a read-only array apart from a writable one (a compile per combination).
         return tuple(
-            np.ascontiguousarray(v, dtype=host_dtype(policy.lower(v.dtype.name))) for v in values
+            _read_only(np.ascontiguousarray(v, dtype=host_dtype(policy.lower(v.dtype.name))))
+            for v in values
         )
 
     def compile(
@@ -473,6 +476,13 @@ class NumpyBackend(Backend):
         )
         exe = NumpyExecutable(plan, any_rows=not _bucket_bound(graph.order))
         return exe, CompileTimes(trace_s=time.perf_counter() - t0)
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    if array.flags.writeable:
+        array = array.view()
+        array.flags.writeable = False
+    return array
 
 
 BACKEND_CLASS = NumpyBackend
