@@ -31,7 +31,7 @@ from .node import Node
 from .ops import Op
 from .passes import inline_params, optimize, prune, specialize
 from .plan import DEVICE, HOST, ExecutionPlan, GraphPlan, Placement
-from .program import GraphStage, HostStage, Program
+from .program import GraphStage, HostStage, Program, run_stages
 from .shapes import concrete, is_batched, static_size
 from .stats import CompileCause, RunStats
 from .verify import verify
@@ -687,40 +687,6 @@ class CompiledProgram:
                 outs = [outs[i] for i in self._picks]
             return dict(zip(self._names, outs, strict=True))
         return run_stages(self.program, self.stages, inputs)
-
-
-GraphRunner = Callable[[Mapping[str, Any]], Mapping[str, np.ndarray]]
-
-
-def run_stages(
-    program: Program, stages: Sequence[GraphRunner | HostStage], inputs: Mapping[str, Any]
-) -> dict[str, np.ndarray]:
-    """Run a program: each graph stage by its runner, each host stage on numpy arrays."""
-    env: dict[str, Any] = {name: inputs[name] for name in program.input_names if name in inputs}
-    missing = [n for n in program.input_names if n not in env]
-    if missing:
-        raise InputError(f"missing inputs {missing}; expected {list(program.input_names)}")
-    rows = len(np.asarray(env[program.input_names[0]])) if program.input_names else 0
-    for stage in stages:
-        if isinstance(stage, HostStage):
-            results = stage.fn(*(np.asarray(env[name]) for name in stage.inputs))
-            results = results if isinstance(results, (tuple, list)) else (results,)
-            if len(results) != len(stage.outputs):
-                raise InputError(
-                    f"host step {stage.name!r} returned {len(results)} values, "
-                    f"declared {len(stage.outputs)}"
-                )
-            for (name, t), value in zip(stage.outputs, results, strict=True):
-                array = np.asarray(value, dtype=t.dtype)
-                if array.shape != concrete(t.shape, rows):
-                    raise InputError(
-                        f"host step {stage.name!r} returned shape {array.shape} for {name!r}, "
-                        f"declared {concrete(t.shape, rows)}"
-                    )
-                env[name] = array
-        else:
-            env.update(stage(env))
-    return {name: env[ref] for name, ref in program.outputs}
 
 
 def compile(

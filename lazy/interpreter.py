@@ -19,7 +19,7 @@ from .errors import InputError
 from .graph import Graph
 from .node import Node
 from .ops import VARIANT_OPERANDS, Op
-from .program import HostStage, Program
+from .program import HostStage, Program, run_stages
 from .shapes import concrete
 
 
@@ -224,8 +224,6 @@ def _batch_size(graph: Graph, inputs: Mapping[str, Any]) -> int:
 
 def run_program(program: Program, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Run a whole program (graph segments and host steps) on the interpreter."""
-    from .executor import run_stages
-
     runners = [
         s if isinstance(s, HostStage) else (lambda env, g=s.graph: evaluate(g, env))
         for s in program.stages

@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 
 from . import dtypes as dt
-from .errors import GraphError
+from .errors import GraphError, InputError
 from .graph import Graph, Signature
 from .node import Node, topological
 from .ops import Op, TensorType
-from .shapes import B, is_batched, normalize
+from .shapes import B, concrete, is_batched, normalize
 from .tensor import LazyTensor
 
 HostFn = Callable[..., Any]
@@ -281,3 +281,37 @@ def _segment(
             seg_inputs.append(node)
             declared.add(node)
     return Graph(seg_inputs, outs, params)
+
+
+GraphRunner = Callable[[Mapping[str, Any]], Mapping[str, np.ndarray]]
+
+
+def run_stages(
+    program: Program, stages: Sequence[GraphRunner | HostStage], inputs: Mapping[str, Any]
+) -> dict[str, np.ndarray]:
+    """Run a program: each graph stage by its runner, each host stage on numpy arrays."""
+    env: dict[str, Any] = {name: inputs[name] for name in program.input_names if name in inputs}
+    missing = [n for n in program.input_names if n not in env]
+    if missing:
+        raise InputError(f"missing inputs {missing}; expected {list(program.input_names)}")
+    rows = len(np.asarray(env[program.input_names[0]])) if program.input_names else 0
+    for stage in stages:
+        if isinstance(stage, HostStage):
+            results = stage.fn(*(np.asarray(env[name]) for name in stage.inputs))
+            results = results if isinstance(results, (tuple, list)) else (results,)
+            if len(results) != len(stage.outputs):
+                raise InputError(
+                    f"host step {stage.name!r} returned {len(results)} values, "
+                    f"declared {len(stage.outputs)}"
+                )
+            for (name, t), value in zip(stage.outputs, results, strict=True):
+                array = np.asarray(value, dtype=t.dtype)
+                if array.shape != concrete(t.shape, rows):
+                    raise InputError(
+                        f"host step {stage.name!r} returned shape {array.shape} for {name!r}, "
+                        f"declared {concrete(t.shape, rows)}"
+                    )
+                env[name] = array
+        else:
+            env.update(stage(env))
+    return {name: env[ref] for name, ref in program.outputs}

@@ -17,7 +17,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from http import HTTPStatus
 from typing import Annotated, Any
 
@@ -26,9 +26,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse, Response
 from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import ClientDisconnect
 
 import compiler
 import lazy as lz
@@ -50,6 +49,7 @@ from service.models import ModelManager, ModelOptions, State, Upload, failure_er
 from service.preload import Preloader
 from service.settings import Settings
 from service.store import ModelStore
+from service.web import json_response, query_flag, read_body
 
 log = logging.getLogger("kestrel.app")
 
@@ -71,12 +71,6 @@ LIBRARY_ERRORS: tuple[type[Exception], ...] = (
     store.StoreError,
     ValueError,  # parity and codec errors; anything unmapped is logged and answered 500
 )
-
-
-def json_response(doc: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(
-        codecs.encode_json(doc), status_code=status, media_type="application/json", headers=headers
-    )
 
 
 def error_response(err: ServiceError, path: str = "") -> Response:
@@ -441,23 +435,6 @@ def create_app(
     return app
 
 
-async def read_body(request: Request) -> bytes:
-    """The whole request body, as ``request.body()`` reads it, without its async generator
-    (a scoring request's largest fixed cost after the model)."""
-    chunks = []
-    receive = request.receive
-    while True:
-        message = await receive()
-        if message["type"] == "http.request":
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                request._body = body  # what request.body() caches: a later call returns it too
-                return body
-        elif message["type"] == "http.disconnect":
-            raise ClientDisconnect()
-
-
 _CONTENT_TYPE = b"content-type"
 _DEADLINE = DEADLINE_HEADER.encode()
 
@@ -486,22 +463,6 @@ def deadline_from(header: str | None, settings: Settings) -> float | None:
             raise BadRequest(f"{DEADLINE_HEADER} must be positive, got {header}")
         timeout_s = ms / 1e3 if timeout_s is None else min(timeout_s, ms / 1e3)
     return None if timeout_s is None else time.monotonic() + timeout_s
-
-
-_FLAG = TypeAdapter(bool)  # what FastAPI takes for a bool query parameter: true/false, 1/0, ...
-
-
-def query_flag(params: Mapping[str, str], field: str, default: bool) -> bool:
-    """The boolean query parameter ``field``, or ``default`` when absent; a 400 naming it else."""
-    value = params.get(field)
-    if value is None:
-        return default
-    try:
-        return _FLAG.validate_python(value)
-    except ValidationError:
-        raise BadRequest(
-            f"query parameter {field!r} must be true or false, got {value!r}"
-        ) from None
 
 
 def _form_name(field: str, value: str | None, what: str) -> str | None:

@@ -30,6 +30,7 @@ from service.errors import BadRequest, InvalidInput, NotFound
 from service.models import ModelManager, ModelVersion, State
 from service.parity import side_by_side
 from service.settings import Settings
+from service.web import json_response, query_flag, read_body
 
 HEADER_LENGTH = "inference-header-content-length"
 EMPTY_BATCH = "the input tensors hold an empty batch: send at least one row"
@@ -386,8 +387,6 @@ def _is_missing(value: Any) -> bool:
 
 
 def add_v2_routes(app: FastAPI, manager: ModelManager, settings: Settings) -> None:
-    from service.app import json_response, query_flag, read_body
-
     @app.get(
         "/v2", tags=["v2"], summary="Server metadata", responses=openapi.ok(openapi.ServerMetadata)
     )
