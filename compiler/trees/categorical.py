@@ -1,6 +1,6 @@
 """The traversal strategy for ensembles with categorical splits.
 
-The same breadth-first walk as :func:`.strategies.traversal`, one level per loop iteration; at
+The same breadth-first walk as :func:`.traversal.traversal`, one level per loop iteration; at
 a node marked categorical the row's feature value is a category code, and the step reads the
 node's row of a (nodes × categories) "goes left" table instead of comparing with a threshold.
 """
@@ -12,11 +12,12 @@ import numpy as np
 import lazy as lz
 
 from ..context import Context
+from .leaves import node_leaf_sum
+from .linked import Linked, decision, go_right, linked
 from .model import Ensemble
-from .strategies import _decision, _go_right, _leaf_sum, _Linked, _linked
 
 
-def _category_tables(ensemble: Ensemble, g: _Linked) -> tuple[np.ndarray, np.ndarray]:
+def _category_tables(ensemble: Ensemble, g: Linked) -> tuple[np.ndarray, np.ndarray]:
     """(N,) is-categorical and (N, C) goes-left tables in the level-major numbering of ``g``
     (a node's children there are ``g.left[i]`` and ``g.left[i] + 1``)."""
     n, c = len(g.feature), ensemble.n_categories
@@ -51,19 +52,19 @@ def _categorical_step(
 ) -> lz.LazyTensor:
     """(B, T) node ids to their children's, given each node's feature value ``v``."""
     nr = lz.take(nan_right, node, axis=0)
-    numeric_right = _go_right(v, lz.take(threshold, node, axis=0), nr)
+    numeric_right = go_right(v, lz.take(threshold, node, axis=0), nr)
     # a code outside [0, C) (NaN included: comparisons are false) is a missing value
     known = (v >= 0.0) & (v < float(n_categories))
     code = lz.cast(lz.where(known, v, 0.0), "int32")
     in_left = lz.take(table, node * n_categories + code, axis=0)
     categorical_right = lz.where(known, ~in_left, nr)
-    go_right = lz.where(lz.take(categorical, node, axis=0), categorical_right, numeric_right)
-    return lz.take(left, node, axis=0) + lz.cast(go_right, "int32")
+    right = lz.where(lz.take(categorical, node, axis=0), categorical_right, numeric_right)
+    return lz.take(left, node, axis=0) + lz.cast(right, "int32")
 
 
 def categorical_traversal(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
-    dec = _decision(ensemble, x, ctx)
-    g = _linked(ensemble)
+    dec = decision(ensemble, x, ctx)
+    g = linked(ensemble)
     is_categorical, goes_left = _category_tables(ensemble, g)
     n_categories = goes_left.shape[1]
     tables = (
@@ -86,4 +87,4 @@ def categorical_traversal(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) ->
     if ensemble.max_depth > 1:
         feature = ctx.param(g.feature, "feature")
         node = lz.fori_loop(ensemble.max_depth - 1, level, node, dec.x, feature, *tables)
-    return _leaf_sum(ensemble, g.value, node, ctx)
+    return node_leaf_sum(ensemble, g.value, node, ctx)

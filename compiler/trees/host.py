@@ -21,9 +21,9 @@ import numpy as np
 import lazy as lz
 
 from ..context import Context
+from .linked import linked
 from .model import Ensemble
 from .splits import compare_dtype, thresholds_in
-from .strategies import _linked
 
 
 def host_leaf_sum(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
@@ -31,7 +31,7 @@ def host_leaf_sum(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.Lazy
     ensemble without categorical splits)."""
     dtype = compare_dtype(ensemble, x, ctx)
     x = x if x.dtype == dtype else lz.cast(x, dtype)
-    g = _linked(ensemble)
+    g = linked(ensemble)
     # Where no NaN reaches the splits (imputed or encoded features), every missing direction is
     # as good as "left": the batch kernel then compares one copy of each feature, not two.
     nan_right = g.nan_right if ctx.may_be_nan(x) else np.zeros_like(g.nan_right)

@@ -21,10 +21,11 @@ import numpy as np
 import lazy as lz
 
 from ..context import Context
+from .leaves import node_leaf_sum, stumps
+from .linked import linked, step
 from .model import Ensemble
 from .quickscorer import bit_tables, bitvector, exit_leaf, split_tables
 from .splits import split_columns
-from .strategies import _leaf_sum, _linked, _step, _stumps
 
 TOP_LEVELS = 5
 
@@ -32,13 +33,13 @@ TOP_LEVELS = 5
 def hybrid(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
     depth = ensemble.max_depth
     if depth == 0:
-        return _stumps(ensemble, x, ctx)
+        return stumps(ensemble, x, ctx)
     if depth <= TOP_LEVELS:  # nothing to walk below the top: that is the bit-vector strategy
         return bitvector(ensemble, x, ctx)
     cols = split_columns(ensemble, x, ctx)
     top = bit_tables(ensemble, TOP_LEVELS)
     n_trees, n_splits, n_leaves = top.shape
-    g = _linked(ensemble)
+    g = linked(ensemble)
 
     # Each top "leaf" as a node of the level-major tables: follow its turns from the root
     # (children are adjacent there: right = left + 1). Padding entries are never reached.
@@ -72,5 +73,5 @@ def hybrid(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
         ctx.param(threshold, "threshold", dtype=cols.dtype),
         ctx.param(g.left, "left"),
     )
-    node = lz.fori_loop(depth - TOP_LEVELS, _step, node, cols.x, *tables)
-    return _leaf_sum(ensemble, g.value, node, ctx)
+    node = lz.fori_loop(depth - TOP_LEVELS, step, node, cols.x, *tables)
+    return node_leaf_sum(ensemble, g.value, node, ctx)

@@ -32,9 +32,9 @@ import numpy as np
 import lazy as lz
 
 from ..context import Context
+from .leaves import constant, stack_outputs, stumps
 from .model import Ensemble, Tree
 from .splits import SplitColumns, split_columns
-from .strategies import _constant, _stack_outputs, _stumps
 
 WORD_BITS = 32
 ALL_ONES = 0xFFFFFFFF
@@ -156,7 +156,7 @@ def select(index: lz.LazyTensor, entries: list[lz.LazyTensor]) -> lz.LazyTensor:
 
 def bitvector(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
     if ensemble.max_depth == 0:
-        return _stumps(ensemble, x, ctx)
+        return stumps(ensemble, x, ctx)
     cols = split_columns(ensemble, x, ctx)
     tables = bit_tables(ensemble)
     n_trees, n_splits, n_leaves = tables.shape
@@ -184,7 +184,7 @@ def bitvector(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTens
     # slower for K = 2 than K loops).
     # Trees in order from +0: an ``in_order`` ensemble's sum, in its dtype.
     dtype = ensemble.sum_dtype(ctx.dtype)
-    zeros = lz.reshape(_constant(np.zeros(1), x, ctx, dtype), (lz.B,))
+    zeros = lz.reshape(constant(np.zeros(1), x, ctx, dtype), (lz.B,))
     splits = split_tables(tables, cols, ctx, "split")
     outputs = []
     for k in range(ensemble.n_outputs):
@@ -198,4 +198,4 @@ def bitvector(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTens
             ctx.param(value[:, k], f"leaf_value_{k}", dtype=dtype),
         )
         outputs.append(lz.fori_loop(len(trees), body, zeros, cols.x, *per_tree))
-    return _stack_outputs(outputs)
+    return stack_outputs(outputs)

@@ -41,9 +41,10 @@ import numpy as np
 import lazy as lz
 
 from ..context import Context
+from .leaves import constant, stumps
+from .linked import empty_node_tables
 from .model import Ensemble
 from .splits import split_columns
-from .strategies import _constant, _node_tables, _stumps
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def treewise_tables(ensemble: Ensemble) -> TreewiseTables:
     if ensemble.in_order:  # the source's order: one group, walked to the deepest tree's depth
         depths = np.full(len(depths), depths.max())
     order = np.argsort(depths, kind="stable")
-    feature, threshold, nan_right, left, value = _node_tables(ensemble)
+    feature, threshold, nan_right, left, value = empty_node_tables(ensemble)
     roots = np.zeros(len(order), np.int64)
     first = 0
     for i, ti in enumerate(order):
@@ -131,21 +132,21 @@ def _walk_tree(
 
 def treewise(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
     if ensemble.max_depth == 0:
-        return _stumps(ensemble, x, ctx)
+        return stumps(ensemble, x, ctx)
     cols = split_columns(ensemble, x, ctx)
     g = treewise_tables(ensemble)
     column, threshold = cols.encode(g.feature, g.threshold, g.nan_right)
     # Single-leaf trees add a constant: it starts the sum instead of a loop (in an in-order
     # sum they are walked in their place: their leaf loops to itself).
-    stumps = [
+    single_leaves = [
         ensemble.trees[t].value[0]
         for depth, first, count in g.groups
         if depth == 0
         for t in g.order[first : first + count]
     ]
-    total = np.sum(stumps, axis=0) if stumps else np.zeros(ensemble.n_outputs)
+    total = np.sum(single_leaves, axis=0) if single_leaves else np.zeros(ensemble.n_outputs)
     dtype = ensemble.sum_dtype(ctx.dtype)
-    acc = _constant(total, x, ctx, dtype)
+    acc = constant(total, x, ctx, dtype)
     tables = (
         ctx.param(column, "feature"),
         ctx.param(threshold, "threshold", dtype=cols.dtype),
