@@ -145,3 +145,9 @@ def http_error_for(exc: BaseException) -> ServiceError | None:
     if isinstance(exc, store.InvalidName):
         return BadRequest(str(exc))
     return None
+
+
+def some_of(names: list[str], limit: int = 20) -> str:
+    """``names`` for a message: the first ``limit`` of them, and how many more."""
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return f"{names[:limit]}{more}"

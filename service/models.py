@@ -12,9 +12,8 @@ import asyncio
 import difflib
 import enum
 import logging
-import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -25,19 +24,18 @@ from pydantic import BaseModel, ConfigDict, Field
 import compiler
 import lazy as lz
 from compiler.options import TreeStrategy
-from service import artifacts, codecs, gcpolicy, parity
+from service import artifacts, codecs, gcpolicy, parity, scoring
 from service.admission import ScoringLoad
-from service.batcher import Batcher, BatchInfo
+from service.batcher import Batcher, BatcherClosedError, BatchInfo
 from service.errors import (
-    BadRequest,
     Conflict,
-    InvalidInput,
     ModelRejected,
     NotFound,
     NotReady,
     VersionFailed,
     VersionRetired,
     http_error_for,
+    some_of,
 )
 from service.metrics import Metrics
 from service.queue_delay import QueueDelay
@@ -45,10 +43,6 @@ from service.settings import Settings
 from service.store import Manifest, ModelStore, VersionRecord, validate_name
 
 log = logging.getLogger("kestrel.models")
-
-# Requests with more rows than this are encoded on a worker thread, not on the event loop: a
-# single-row decode is ~10 µs (a thread hop costs more), a 100k-row one is tens of milliseconds.
-OFF_LOOP_ROWS = 2048
 
 
 class State(enum.StrEnum):
@@ -312,9 +306,9 @@ class ModelManager:
         ]
         close = difflib.get_close_matches(name, names, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        message = f"no model named {name!r}{hint}; ready: {_some(ready)}"
+        message = f"no model named {name!r}{hint}; ready: {some_of(ready)}"
         if failed:
-            message += f"; failed, none ready: {_some(failed)}"
+            message += f"; failed, none ready: {some_of(failed)}"
         return NotFound(message)
 
     def is_ready(self) -> bool:
@@ -337,34 +331,29 @@ class ModelManager:
         :attr:`Prediction.ignored`, or, with ``strict_columns``, refused (422)."""
         mv = self.serving(name, version)
         for attempt in range(3):
-            model, batcher = mv.model, mv.batcher
-            assert model is not None and batcher is not None
-            wanted = _select_outputs(model, outputs)
-            t0 = time.perf_counter()
-            if _row_count(data) > OFF_LOOP_ROWS:  # big decodes would stall every other request
-                feed, rows, ignored = await asyncio.to_thread(_encode, model, data, strict_columns)
-            else:
-                feed, rows, ignored = _encode(model, data, strict_columns)
-            metrics = self.metrics
-            metrics.child(metrics.codec_seconds, name, mv.version, "decode").observe(
-                time.perf_counter() - t0
+            assert mv.model is not None and mv.batcher is not None
+            decode_seconds = self.metrics.child(
+                self.metrics.codec_seconds, name, mv.version, "decode"
             )
             try:
-                raw = await batcher.submit(feed, rows, deadline=deadline)
-            except Exception as exc:
-                from service.batcher import BatcherClosedError
-
+                scored = await scoring.score(
+                    mv.model,
+                    mv.batcher,
+                    data,
+                    outputs=outputs,
+                    deadline=deadline,
+                    strict_columns=strict_columns,
+                    dtype=mv.options.dtype,
+                    decode_seconds=decode_seconds,
+                )
+            except BatcherClosedError:
                 # A hot swap closed this version's batcher between lookup and submit: the new
                 # current version answers instead (the request is not lost).
-                if isinstance(exc, BatcherClosedError) and version is None and attempt < 2:
+                if version is None and attempt < 2:
                     mv = self.serving(name, None)
                     continue
                 raise
-            t0 = time.perf_counter()
-            answered = {k: raw[k] for k in wanted}
-            _reject_overflow(feed, answered, mv.options.dtype)  # only heads the client sees
-            decoded = model.decode(answered)
-            return Prediction(mv, decoded, rows, time.perf_counter() - t0, ignored)
+            return Prediction(mv, scored.outputs, scored.rows, scored.decode_s, scored.ignored)
         raise NotReady(f"model {name!r} is being replaced; retry")
 
     # -- registration ----------------------------------------------------------------------------
@@ -910,88 +899,6 @@ class ModelManager:
         for task in list(self._tasks):
             task.cancel()
         self._loader.shutdown(wait=False, cancel_futures=True)
-
-
-def _encode(
-    model: compiler.CompiledModel, data: Any, strict_columns: bool
-) -> tuple[dict[str, np.ndarray], int, tuple[str, ...]]:
-    """``model.encode(data)``, and the columns of ``data`` it does not read (every row's, and
-    refused, under ``strict_columns``)."""
-    feed, rows = model.encode(data)
-    ignored = model.schema.extra_columns(data, every_row=strict_columns)
-    if ignored and strict_columns:
-        reads = model.schema.names
-        noun = "column" if len(ignored) == 1 else "columns"
-        raise InvalidInput(
-            f"strict_columns: the model does not read {noun} {_some(list(ignored))}; it reads "
-            f"{_some(reads)}"
-        )
-    return feed, rows, ignored
-
-
-def _some(names: list[str], limit: int = 20) -> str:
-    """``names`` for a message: the first ``limit`` of them, and how many more."""
-    more = f" and {len(names) - limit} more" if len(names) > limit else ""
-    return f"{names[:limit]}{more}"
-
-
-def _row_count(data: Any) -> int:
-    if isinstance(data, dict):
-        return len(next(iter(data.values()), ()))
-    return len(data)
-
-
-def _reject_overflow(
-    feed: Mapping[str, np.ndarray], raw: Mapping[str, np.ndarray], dtype: str
-) -> None:
-    """A NaN head for a row without NaN inputs is arithmetic that overflowed (e.g. inputs near
-    3e38 scaled in float32, where the source computes in float64): answer 422 naming the rows,
-    never ``null`` scores or a label picked from NaN probabilities. (Rows with missing values
-    may give NaN where the source does, e.g. a scaler's transform.)"""
-    if not any(_has_nan(values) for values in raw.values()):
-        return  # the common case, a few µs a request: the row-wise check runs only on a NaN
-    bad = _nan_rows(raw)
-    if bad is not None:
-        missing = _nan_rows(feed)
-        if missing is not None:
-            bad &= ~missing
-        if not bad.any():
-            return
-        where = np.flatnonzero(bad)
-        listed = ", ".join(str(i) for i in where[:5]) + (", ..." if len(where) > 5 else "")
-        raise InvalidInput(
-            f"row(s) {listed}: the model's {dtype} arithmetic overflowed (NaN) on these values; "
-            'scale the inputs down, or register the model with options {"dtype": "float64"}'
-        )
-
-
-def _has_nan(values: np.ndarray) -> bool:
-    """Whether a float array holds a NaN: its dot product with itself is NaN exactly then (squares
-    are >= 0, so no inf - inf), in one BLAS call instead of ``isnan`` + ``any``."""
-    return values.dtype.kind == "f" and values.size > 0 and math.isnan(np.vdot(values, values))
-
-
-def _nan_rows(arrays: Mapping[str, np.ndarray]) -> np.ndarray | None:
-    """Which rows have a NaN in any float array of ``arrays`` (None: no NaN anywhere)."""
-    rows: np.ndarray | None = None
-    for values in arrays.values():
-        if values.dtype.kind == "f":
-            nan = np.isnan(values)
-            if nan.any():
-                found = nan.reshape(len(nan), -1).any(axis=1)
-                rows = found if rows is None else rows | found
-    return rows
-
-
-def _select_outputs(
-    model: compiler.CompiledModel, outputs: tuple[str, ...] | None
-) -> tuple[str, ...]:
-    if outputs is None:
-        return tuple(model.methods)
-    unknown = [o for o in outputs if o not in model.methods]
-    if unknown:
-        raise BadRequest(f"unknown outputs {unknown}; this model has {list(model.methods)}")
-    return outputs
 
 
 def _trace_options(
