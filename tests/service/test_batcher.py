@@ -1,7 +1,9 @@
 """The dynamic batcher with a real numpy program in a one-thread executor.
 
 A gate (``threading.Event``) holds the program inside ``run`` so that requests queue behind a
-busy worker deterministically; ``Program.calls`` records every feed ``run`` saw.
+busy worker deterministically; ``Program.calls`` records every feed ``run`` saw. Time is a
+:class:`FakeClock` the test moves wherever an outcome depends on it, so no assertion depends on
+how fast the machine is.
 """
 
 from __future__ import annotations
@@ -11,13 +13,15 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
 
+from service import batcher as batcher_module
 from service.batcher import (
     RETRY_AFTER_MAX_S,
     RETRY_AFTER_MIN_S,
@@ -30,14 +34,30 @@ from service.batcher import (
 )
 
 WIDTH = 3
+# max_wait_s of the tests that wait to fill: on a clock that moves only when the test moves it,
+# a wait that lasted it would hang the test, not pass it slowly.
+HOUR = 3600.0
+T = TypeVar("T")
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 class Program:
-    """``{"y": x.sum(axis=1) * 2, "x": x}``; rows with a negative value make it raise."""
+    """``{"y": x.sum(axis=1) * 2, "x": x}``; rows with a negative value make it raise.
 
-    def __init__(self, *, delay_s: float = 0.0) -> None:
+    With a ``clock``, every call takes ``delay_s`` on it: advanced, never slept.
+    """
+
+    def __init__(self, *, clock: FakeClock | None = None, delay_s: float = 0.0) -> None:
         self.gate = threading.Event()
         self.gate.set()
+        self.clock = clock
         self.delay_s = delay_s
         self.calls: list[np.ndarray] = []
 
@@ -46,7 +66,8 @@ class Program:
         self.calls.append(x.copy())
         if not self.gate.wait(timeout=10):
             raise TimeoutError("the test never opened the gate")
-        time.sleep(self.delay_s)
+        if self.clock is not None:
+            self.clock.now += self.delay_s
         if (x < 0).any():
             raise ValueError("poisoned row")
         return {"y": x.sum(axis=1) * 2, "x": x}
@@ -59,14 +80,6 @@ class Program:
         """Whether any row of ``x`` reached ``run``."""
         seen = np.concatenate(self.calls) if self.calls else np.empty((0, WIDTH))
         return any((seen == row).all(axis=1).any() for row in x)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -104,6 +117,19 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> Non
     while not predicate():
         assert time.monotonic() < end, "condition not reached in time"
         await asyncio.sleep(0.001)
+
+
+async def let_the_worker_run(turns: int = 20) -> None:
+    """Give every ready task some turns of the loop: what the worker would do at once, it did
+    (it dispatches synchronously: ``queued_rows`` and ``in_flight_rows`` show it at once)."""
+    for _ in range(turns):
+        await asyncio.sleep(0)
+
+
+async def without_waiting(awaitable: Awaitable[T]) -> T:
+    """Await what must not wait for max_wait_s (an ``HOUR`` on a clock the test holds still);
+    the real-time limit is only a safety net against hanging for that hour."""
+    return await asyncio.wait_for(awaitable, timeout=10.0)
 
 
 def run_async(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -188,18 +214,26 @@ def test_next_batch_computes_while_the_previous_results_are_handed_out(
 def test_max_wait_lets_a_partial_batch_fill_but_a_full_one_goes_at_once(
     program: Program, executor: ThreadPoolExecutor
 ) -> None:
+    clock = FakeClock()
+
     async def scenario() -> None:
-        batcher = make(program, executor, max_batch_rows=4, max_wait_s=0.5)
+        batcher = make(program, executor, max_batch_rows=4, max_wait_s=HOUR, clock=clock)
         batcher.start()
-        first = asyncio.create_task(batcher.submit({"x": rows(1)}, 1))
-        await asyncio.sleep(0.02)
-        second = asyncio.create_task(batcher.submit({"x": rows(2)}, 2))
-        await asyncio.gather(first, second)
+        first_x, second_x = rows(1), rows(2)
+        first = asyncio.create_task(batcher.submit({"x": first_x}, 1))
+        await wait_until(lambda: batcher.queued_rows == 1)
+        await let_the_worker_run()
+        assert (batcher.queued_rows, batcher.in_flight_rows) == (1, 0)  # partial: it waits
+        # Nearly max_wait_s later by the clock, company arrives; the rest of the wait (on the
+        # clock) runs out on its own, with nothing else arriving.
+        clock.now += HOUR - 0.05
+        second = asyncio.create_task(batcher.submit({"x": second_x}, 2))
+        check(first_x, await without_waiting(first))
+        check(second_x, await second)
         assert program.sizes == [3]  # the second request joined the waiting batch
 
-        start = time.monotonic()
-        await batcher.submit({"x": rows(4)}, 4)
-        assert time.monotonic() - start < 0.4  # full: no waiting for max_wait_s
+        full_x = rows(4)  # full: no waiting for max_wait_s, with the clock standing still
+        check(full_x, await without_waiting(batcher.submit({"x": full_x}, 4)))
         assert program.sizes == [3, 4]
         await batcher.close()
 
@@ -209,23 +243,23 @@ def test_max_wait_lets_a_partial_batch_fill_but_a_full_one_goes_at_once(
 def test_waiting_to_fill_never_outlasts_a_queued_requests_deadline(
     program: Program, executor: ThreadPoolExecutor
 ) -> None:
-    """KESTREL_BATCH_WAIT_MS=1000 and a 100 ms deadline: the request goes at once (a waited
-    batch could only answer it 504), and a later one with a short deadline cuts the wait."""
+    """A deadline before the wait would end: the request goes at once (a waited batch could only
+    answer it 504), and a later one with such a deadline cuts the wait of those before it."""
+    clock = FakeClock()
 
     async def scenario() -> None:
-        batcher = make(program, executor, max_batch_rows=8, max_wait_s=1.0)
+        batcher = make(program, executor, max_batch_rows=8, max_wait_s=HOUR, clock=clock)
         batcher.start()
-        start = time.monotonic()
-        await batcher.submit({"x": rows(1)}, 1, deadline=time.monotonic() + 0.1)
-        assert time.monotonic() - start < 0.5 and program.sizes == [1]
-
-        start = time.monotonic()
-        patient = asyncio.create_task(batcher.submit({"x": rows(1)}, 1))
-        await asyncio.sleep(0.05)  # the patient request waits for company...
+        await without_waiting(batcher.submit({"x": rows(1)}, 1, deadline=clock.now + 10))
         assert program.sizes == [1]
-        await batcher.submit({"x": rows(2)}, 2, deadline=time.monotonic() + 0.1)
+
+        patient = asyncio.create_task(batcher.submit({"x": rows(1)}, 1))
+        await wait_until(lambda: batcher.queued_rows == 1)
+        await let_the_worker_run()  # the patient request waits for company...
+        assert batcher.queued_rows == 1 and program.sizes == [1]
+        await without_waiting(batcher.submit({"x": rows(2)}, 2, deadline=clock.now + 10))
         await patient  # ...until a request that cannot wait arrives: both go together
-        assert time.monotonic() - start < 0.5 and program.sizes == [1, 3]
+        assert program.sizes == [1, 3]
         await batcher.close()
 
     run_async(scenario)
@@ -270,8 +304,14 @@ def test_request_larger_than_the_queue_is_rejected_saying_it_never_fits(
     run_async(scenario)
 
 
-def test_retry_after_follows_measured_throughput(executor: ThreadPoolExecutor) -> None:
-    program = Program(delay_s=0.2)  # 4 rows per 0.2 s: about 20 rows/s
+def test_retry_after_follows_measured_throughput(
+    executor: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Throughput is timed with time.perf_counter around run, not with the batcher's clock: a fake
+    # one, advanced by the program itself, makes every batch take exactly delay_s.
+    timer = FakeClock()
+    monkeypatch.setattr(batcher_module, "time", SimpleNamespace(perf_counter=timer))
+    program = Program(clock=timer, delay_s=0.2)  # 4 rows per 0.2 s: 20 rows/s
 
     async def scenario() -> None:
         batcher = make(program, executor, max_batch_rows=4, max_queue_rows=4)
@@ -282,8 +322,8 @@ def test_retry_after_follows_measured_throughput(executor: ThreadPoolExecutor) -
         await wait_until(lambda: batcher.queued_rows == 4)
         with pytest.raises(QueueFullError) as info:
             await batcher.submit({"x": rows(2)}, 2)
-        # 4 rows in flight + 2 rows to drain at ≤ 20 rows/s: at least 0.3 s.
-        assert 0.3 <= info.value.retry_after_s <= 0.9
+        # 4 rows in flight + the 2 rows that do not fit, at 20 rows/s.
+        assert info.value.retry_after_s == pytest.approx((4 + 2) / 20)
         program.gate.set()
         await asyncio.gather(blocker, queued)
         await batcher.close()
@@ -525,28 +565,30 @@ def test_cancelled_worker_fails_outstanding_requests_instead_of_leaving_them_wai
 # -- on_batch --------------------------------------------------------------------------------
 
 
-def test_on_batch_reports_rows_requests_and_queue_times(
-    program: Program, executor: ThreadPoolExecutor
-) -> None:
+def test_on_batch_reports_rows_requests_and_queue_times(executor: ThreadPoolExecutor) -> None:
     infos: list[BatchInfo] = []
+    clock = FakeClock()
+    program = Program(clock=clock, delay_s=5.0)  # every batch takes 5 s on the clock
 
     async def scenario() -> None:
-        batcher = make(program, executor, max_batch_rows=8, on_batch=infos.append)
+        batcher = make(program, executor, max_batch_rows=8, on_batch=infos.append, clock=clock)
         batcher.start()
         blocker = await occupy(batcher, program, 2)
         tasks = [asyncio.create_task(batcher.submit({"x": rows(n)}, n)) for n in (3, 7)]
         await wait_until(lambda: batcher.queued_rows == 10)
-        await asyncio.sleep(0.02)
+        clock.now += 20.0  # the blocked batch holds them 20 s, then computes 5 s
         program.gate.set()
         await asyncio.gather(blocker, *tasks)
         await batcher.close()
 
-    run_async(scenario)
+    try:
+        run_async(scenario)
+    finally:
+        program.gate.set()
     assert [(i.rows, i.requests) for i in infos] == [(2, 1), (8, 2), (2, 1)]
-    assert all(len(i.queue_s) == i.requests and i.error is None for i in infos)
-    assert all(i.compute_s >= 0 for i in infos)
-    assert min(infos[1].queue_s) >= 0.02  # both waited behind the blocked batch
-    assert infos[2].queue_s[0] >= infos[1].queue_s[1]  # the split rest waited longer
+    assert all(i.error is None and i.compute_s >= 0 for i in infos)
+    # Both waited behind the blocked batch; the split rest also behind the batch of its start.
+    assert [i.queue_s for i in infos] == [(0.0,), (25.0, 25.0), (30.0,)]
 
 
 def test_raising_on_batch_is_logged_and_serving_continues(

@@ -1,11 +1,12 @@
 """Registering, deleting and scoring one model at the same time, on a real server; and deadlines
 that pass while a request is queued.
 
-Churn: for ``CHURN_S`` seconds, scoring threads send multi-chunk requests while one thread
-registers new versions and another deletes the current version or the whole model. Versions are
-told apart by their output (version tag × 1000 added to the same linear function), so every
-200 must carry, for every row, exactly the prediction of the version it names — never a mix
-within one response, never a version that was not registered. Expected statuses:
+Churn: for ``CHURN_S`` seconds, and then until enough of every kind of event happened (however
+fast the machine), scoring threads send multi-chunk requests while one thread registers new
+versions and another deletes the current version or the whole model. Versions are told apart by
+their output (version tag × 1000 added to the same linear function), so every 200 must carry,
+for every row, exactly the prediction of the version it names — never a mix within one
+response, never a version that was not registered. Expected statuses:
 
 - scoring: 200; 404 while the model is deleted and no new version is registered yet; 503 while
   that new version compiles (LOADING), or when the version picked was retired between lookup
@@ -15,21 +16,23 @@ within one response, never a version that was not registered. Expected statuses:
 
 Anything else, a 5xx above all, fails the test (``REFUSALS_OK`` pins the reasons too).
 
-Deadlines: requests queued behind a big one, with a deadline shorter than the queue takes to
-drain, are answered 504 when the batcher reaches them, counted in
-``kestrel_rejections_total{reason="deadline"}``, and their rows never reach the device.
+Deadlines: requests queued behind a batch that the test holds (a host step of this module waits
+while a file exists) until their deadline has passed are answered 504 when the batcher reaches
+them, counted in ``kestrel_rejections_total{reason="deadline"}``, and their rows never reach the
+device.
 """
 
 from __future__ import annotations
 
-import io
+import os
 import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -37,10 +40,15 @@ import numpy as np
 import pytest
 import skops.io as sio
 from sklearn.linear_model import LinearRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import FunctionTransformer
 
 from tests.service.live import LiveServer
 
-CHURN_S = 10.0
+CHURN_S = 10.0  # the least time the churn lasts
+CHURN_MAX_S = 300.0  # the most, waiting for enough events: only a safety net
+MIN_REGISTERED = 3
+MIN_SCORED = 20
 SCORERS = 3
 MODEL = "churn"
 MAX_BATCH = 8  # requests of up to 20 rows are split over several batches
@@ -83,12 +91,42 @@ class Log:
                 self.unexpected.append(f"{what}: {r.status_code} {r.text[:300]}")
 
 
+# -- holding a batch of the live server ----------------------------------------------------------
+HOLD_ENV = "KESTREL_TEST_HOLD_FILE"  # set for the server only
+
+
+def held(x: Any) -> np.ndarray:
+    """A host step (this module is a trusted one for the server below) that passes its input
+    through, but only once the file named by ``$KESTREL_TEST_HOLD_FILE`` is gone: while the test
+    keeps it, the batch computing stays in ``run`` and everything behind it stays queued. It
+    marks the hold with a ``.held`` file beside it. ``np.asarray`` keeps it out of the compiled
+    graph, so it runs for every batch."""
+    x = np.asarray(x, dtype=np.float64)
+    hold = os.environ.get(HOLD_ENV)
+    if hold and os.path.exists(hold):
+        Path(hold + ".held").touch()
+        give_up = time.monotonic() + 120  # never keep the server's thread if the test died
+        while os.path.exists(hold) and time.monotonic() < give_up:
+            time.sleep(0.005)
+    return x
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    # Requests queued behind a 60 000-row one must reach the batcher and expire there; shedding
+    workdir = tmp_path_factory.mktemp("churn")
+    # Requests queued behind the held batch must reach the batcher and expire there; shedding
     # by queueing delay (tests/service/test_bursts.py) would refuse them on their headers.
     no_shedding = {"KESTREL_QUEUE_DELAY_TARGET_MS": "600000"}
-    live = LiveServer(tmp_path_factory.mktemp("churn"), **no_shedding).start()
+    # The server imports this module (as pytest named it) to run held() as a host step.
+    here = str(Path(__file__).resolve().parent)
+    python_path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
+    live = LiveServer(
+        workdir,
+        KESTREL_HOST_STEP_MODULES=held.__module__,
+        PYTHONPATH=python_path,
+        **{HOLD_ENV: str(workdir / "hold")},
+        **no_shedding,
+    ).start()
     yield live
     live.stop()
 
@@ -171,6 +209,15 @@ def check_prediction(x: np.ndarray, doc: dict[str, Any], registered: dict[str, i
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-3)
 
 
+def churned_enough(log: Log) -> bool:
+    with log.lock:
+        return (
+            len(log.registered) >= MIN_REGISTERED
+            and log.predict_status[200] >= MIN_SCORED
+            and any(k.endswith(" 204") for k in log.delete_status)
+        )
+
+
 def test_register_delete_and_predict_one_model_at_once(server: LiveServer) -> None:
     log = Log()
     with httpx.Client(base_url=server.url, timeout=120) as client:
@@ -181,12 +228,20 @@ def test_register_delete_and_predict_one_model_at_once(server: LiveServer) -> No
         threading.Thread(target=deleter, args=(server, stop, log)),
         *(threading.Thread(target=scorer, args=(server, stop, log, s)) for s in range(SCORERS)),
     ]
+    start = time.monotonic()
     for t in threads:
         t.start()
-    time.sleep(CHURN_S)
-    stop.set()
-    for t in threads:
-        t.join(180)
+    try:
+        # Until every kind of event below happened, not for a fixed time: a slow machine churns
+        # longer instead of failing the counts.
+        while time.monotonic() - start < CHURN_S or not churned_enough(log):
+            if time.monotonic() - start > CHURN_MAX_S:
+                break  # the counts below say what never happened
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(180)
     assert not any(t.is_alive() for t in threads)
 
     print(
@@ -195,8 +250,8 @@ def test_register_delete_and_predict_one_model_at_once(server: LiveServer) -> No
     )
     assert not log.unexpected, "\n".join(log.unexpected)
     assert set(log.refusals) <= REFUSALS_OK, log.refusals
-    assert len(log.registered) >= 3, log.register_status
-    assert log.predict_status[200] >= 20, log.predict_status
+    assert len(log.registered) >= MIN_REGISTERED, log.register_status
+    assert log.predict_status[200] >= MIN_SCORED, log.predict_status
     assert any(k.endswith(" 204") for k in log.delete_status), log.delete_status
     for x, doc in log.predictions:
         check_prediction(x, doc, log.registered)
@@ -213,28 +268,36 @@ def test_register_delete_and_predict_one_model_at_once(server: LiveServer) -> No
 
 # -- deadlines that pass in the queue --------------------------------------------------------------
 DEADLINE_MODEL = "waits"
-# In batches of one row: a queue that takes seconds to drain, so that a request behind it expires
-# there and not on its way in (its deadline must outlast the arrival path on a loaded machine: a
-# 50 ms one sometimes expired before reaching the batcher). Since small buckets run on the host,
-# 48 000 rows in batches of 8 sometimes drained within the 300 ms; the queue holds at most 65 536
-# rows (KESTREL_MAX_QUEUE_ROWS), so the batches shrink instead.
-DEADLINE_OPTIONS = '{"max_batch": 1}'
-BIG_ROWS = 60_000
-LATE_MS = 300
+DEADLINE_OPTIONS = '{"max_batch": 8}'
+HELD_ROWS = 5
+# A real time, as the server sets deadlines on its own clock: the late requests' deadline must
+# outlast their way from the client into the batcher's queue on a loaded machine (else they
+# expire on arrival instead), so it is generous for that way. Its length costs test time only:
+# the test waits it out after seeing them queued, with the batch ahead of them held meanwhile.
+LATE_MS = 2000
 
 
 def computed_rows(live: LiveServer) -> float:
     return live.metric("kestrel_batch_rows_processed_total", model=DEADLINE_MODEL)
 
 
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    """Poll ``condition()``; the timeout is only a safety net."""
+    give_up = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < give_up, what
+        time.sleep(0.005)
+
+
 def test_deadline_passing_in_the_queue_is_never_computed(server: LiveServer) -> None:
-    """Requests queued behind a big one expire there: 504, counted, their rows never computed."""
-    r = server.register(DEADLINE_MODEL, sio.dumps(versioned_model(1)), options=DEADLINE_OPTIONS)
+    """Requests queued behind a batch until their deadline passed: 504, counted, never computed."""
+    x_fit = np.random.default_rng(1).normal(size=(64, len(WEIGHTS)))
+    model = make_pipeline(FunctionTransformer(held), LinearRegression()).fit(x_fit, x_fit @ WEIGHTS)
+    r = server.register(DEADLINE_MODEL, sio.dumps(model), options=DEADLINE_OPTIONS)
     assert r.status_code == 201, r.text
     rejected = server.metric("kestrel_rejections_total", model=DEADLINE_MODEL, reason="deadline")
     rows_before = computed_rows(server)
-    big = io.BytesIO()
-    np.save(big, np.ones((BIG_ROWS, len(WEIGHTS)), dtype=np.float32))
+    hold = Path(server.env[HOLD_ENV])
     x = np.ones((2, len(WEIGHTS)), dtype=np.float32)
     tensor = {"name": "input", "datatype": "FP32", "shape": [2, 3], "data": x.ravel().tolist()}
 
@@ -242,34 +305,44 @@ def test_deadline_passing_in_the_queue_is_never_computed(server: LiveServer) -> 
         with httpx.Client(base_url=server.url, timeout=120) as client:
             return client.post(path, **kwargs)
 
-    with ThreadPoolExecutor(3) as pool:
-        first = pool.submit(
-            post,
-            f"/models/{DEADLINE_MODEL}/predict",
-            content=big.getvalue(),
-            headers={"content-type": "application/x-npy"},
-        )
-        deadline = time.monotonic() + 60
-        while server.metric("kestrel_queue_rows", model=DEADLINE_MODEL) == 0:
-            assert time.monotonic() < deadline and not first.done(), "the big request never queued"
-            time.sleep(0.005)
-        native = pool.submit(
-            post,
-            f"/models/{DEADLINE_MODEL}/predict",
-            json=x.tolist(),
-            headers={"x-kestrel-timeout-ms": str(LATE_MS)},
-        )
-        v2 = pool.submit(  # the v2 timeout is in µs, as tritonclient sends it
-            post,
-            f"/v2/models/{DEADLINE_MODEL}/infer",
-            json={"inputs": [tensor], "parameters": {"timeout": LATE_MS * 1000}},
-        )
-        assert first.result().status_code == 200, first.result().text
-        assert native.result().status_code == 504, native.result().text
-        error = native.result().json()["error"]
-        assert error["code"] == "deadline_exceeded" and "queued" in error["message"], error
-        assert v2.result().status_code == 504 and "queued" in v2.result().json()["error"]
+    def late_queued() -> bool:
+        return server.metric("kestrel_queue_rows", model=DEADLINE_MODEL) == len(x) * 2
+
+    hold.touch()
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            first = pool.submit(
+                post,
+                f"/models/{DEADLINE_MODEL}/predict",
+                json=np.ones((HELD_ROWS, len(WEIGHTS))).tolist(),
+            )
+            wait_for(lambda: Path(f"{hold}.held").exists() or first.done(), "never held")
+            assert not first.done(), first.result().text
+            native = pool.submit(
+                post,
+                f"/models/{DEADLINE_MODEL}/predict",
+                json=x.tolist(),
+                headers={"x-kestrel-timeout-ms": str(LATE_MS)},
+            )
+            v2 = pool.submit(  # the v2 timeout is in µs, as tritonclient sends it
+                post,
+                f"/v2/models/{DEADLINE_MODEL}/infer",
+                json={"inputs": [tensor], "parameters": {"timeout": LATE_MS * 1000}},
+            )
+            wait_for(lambda: late_queued() or native.done() or v2.done(), "late ones not queued")
+            # Both deadlines were set on arrival, before they were seen queued: after this they
+            # have passed, with both still queued behind the held batch.
+            time.sleep(LATE_MS / 1e3)
+            assert not (native.done() or v2.done()) and late_queued()
+            hold.unlink()
+            assert first.result().status_code == 200, first.result().text
+            assert native.result().status_code == 504, native.result().text
+            error = native.result().json()["error"]
+            assert error["code"] == "deadline_exceeded" and "queued" in error["message"], error
+            assert v2.result().status_code == 504 and "queued" in v2.result().json()["error"]
+    finally:
+        hold.unlink(missing_ok=True)
 
     after = server.metric("kestrel_rejections_total", model=DEADLINE_MODEL, reason="deadline")
     assert after - rejected == 2
-    assert computed_rows(server) - rows_before == BIG_ROWS, "an expired request was computed"
+    assert computed_rows(server) - rows_before == HELD_ROWS, "an expired request was computed"
