@@ -147,10 +147,10 @@ def _group(values: np.ndarray) -> _Groups | None:
 
 
 # Up to this many rows the per-value path is the cheaper one: the vectorised path's fixed costs
-# (~25 µs a column) exceed a per-value loop's below ~16 rows.
+# per column exceed a per-value loop's on a few rows.
 _PER_VALUE_MAX_ROWS = 8
 # Below this many rows a plain dict groups an object column faster than pandas' factorize (whose
-# fixed cost, ~50 µs a call, would dominate a single-row request).
+# fixed cost per call would dominate a single-row request).
 _DICT_GROUPING_MAX_ROWS = 512
 
 
@@ -183,9 +183,9 @@ def _arrow_strings(column: Any) -> bool:
 
 def _arrow_groups(column: Any) -> _Groups:
     """The groups of an Arrow string column (:func:`_arrow_strings`) from Arrow's dictionary
-    encoding, with no Python object per row: 4 string columns of 10k rows encoded in 2.4 ms, 7.2
-    through objects (even at 512 rows). Arrow's nulls are the missing group, as NaN (what
-    ``to_numpy()`` shows, so that error messages name the same value)."""
+    encoding, with no Python object per row: faster than through objects (even at 512 rows).
+    Arrow's nulls are the missing group, as NaN (what ``to_numpy()`` shows, so that error
+    messages name the same value)."""
     import pyarrow as pa
 
     arrow = column.array.__arrow_array__()

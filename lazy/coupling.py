@@ -15,8 +15,8 @@ Three forms of one meaning:
   once every row has stopped (the interpreter, the torch backend, the numpy backend without
   numba); the JAX backend runs the same sweep in a ``while_loop``.
 - :func:`native` is the numba kernel the numpy backend runs: row by row, libsvm's loops as
-  written (sums in its order), ~1.5 µs a call for one row of two classes, where the vectorized
-  sweeps cost tens of numpy calls each.
+  written (sums in its order), in one cheap call, where the vectorized sweeps cost tens of numpy
+  calls each.
 
 Vectorized sums over classes may round differently from libsvm's sequential ones; in float32 a
 row whose stopping test lands within rounding of the tolerance may then stop one sweep apart.
@@ -153,7 +153,7 @@ def native(classes: int) -> Callable[[np.ndarray], np.ndarray]:
     """COUPLE by the compiled kernel (needs :data:`lazy.native.AVAILABLE`): a function of
     ``r`` (B, n_pairs) returning (B, k) in its dtype."""
     kernel = _kernel()
-    # The kernel's constants in each float dtype, made once (a small array costs ~1 µs a call).
+    # The kernel's constants in each float dtype, made once (even a small array costs time to make).
     constants = {
         np.dtype(d): np.array([1.0, 2.0, tolerance(classes), 1.0 / classes], d)
         for d in ("float32", "float64")

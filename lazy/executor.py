@@ -68,18 +68,17 @@ CALL_BYTES = 2 << 20
 #: Graphs doing at least this many matrix-product FLOPs per byte of row intermediates are
 #: compute-bound: their intermediates may spill from L2 to L3, as moving a byte there and back
 #: costs less than the products made from it. On backends with ``dense_calls`` they get
-#: :data:`DENSE_CALL_BYTES` instead, and fewer calls, each of which costs XLA:CPU 15-45 us. One
-#: thread, a 50-100-100-1 MLP (12 FLOPs per byte) ran 1.05-1.08x faster at 10k and 100k rows in
-#: calls of 4096 rows than of 1024, and slower again at 8192; tree ensembles (no products) were
-#: within 3 % from 1024 to 8192 rows, and only paid more warm-up for the extra buckets.
+#: :data:`DENSE_CALL_BYTES` instead, and fewer calls, each of which has XLA:CPU's fixed cost. An
+#: MLP ran a little faster in 4096-row calls than in 1024-row ones, and slower again at 8192;
+#: tree ensembles (no products) gained nothing, and only paid more warm-up for the extra buckets
+#: (docs/design-figures.md).
 DENSE_FLOPS_PER_BYTE = 8.0
 DENSE_CALL_BYTES = 12 << 20
 #: The most rows :func:`call_rows_for` gives one call. Beyond it the inputs of a cheap graph
-#: outgrow the caches: scaler + logistic regression, 50 features, one thread, ran 13 ns/row at
-#: 16384 rows per call, 19 at 65536 (and 90 at 1024, dispatch-bound).
+#: outgrow the caches, and the time per row rises again.
 MAX_CALL_ROWS = 16384
 #: XLA:CPU reads a host array in place (zero-copy) only when it starts on this boundary; it
-#: copies any other, at a fraction of memory bandwidth (100k rows × 50 float32: 14 ms).
+#: copies any other, at a fraction of memory bandwidth.
 ALIGNMENT = 64
 #: The most large buckets a graph gets (call_rows <= 2**MAX_LARGE_BUCKETS * max_batch): each is
 #: one more executable to compile at warm-up.
@@ -88,11 +87,10 @@ MAX_LARGE_BUCKETS = 4
 
 #: Buckets of at most this many rows (by default every bucket a graph can have) may run on the
 #: host (straight-line numpy, :mod:`lazy.backends.numpy_backend`) where warm-up measures that to
-#: be faster: a device call has a fixed cost that numpy does not pay (figures:
-#: docs/performance.md).
+#: be faster: a device call has a fixed cost that numpy does not pay (docs/design-figures.md).
 HOST_ROWS = 1 << 20
 #: Graphs whose host plan would make more numpy calls than this per run (loop bodies count once
-#: per trip) are not timed on the host: at about a microsecond a call they cannot win.
+#: per trip) are not timed on the host: with every numpy call's fixed cost they cannot win.
 HOST_MAX_CALLS = 256
 #: Interleaved rounds (each of :data:`HOST_TIMING_CALLS` calls per lowering) that decide a
 #: bucket's placement: the median round wins.
@@ -447,7 +445,7 @@ class CompiledGraph:
 
     def run_one(self, inputs: Mapping[str, Any], output: int) -> np.ndarray:
         """Output number ``output`` alone. Where the bucket runs a host plan, a plan of that
-        output only (built on first use): each numpy call is ~1-2 µs whatever its size, so a
+        output only (built on first use): each numpy call has a fixed cost whatever its size, so a
         one-row ``predict_proba`` of a logistic regression skips the ``predict`` head's calls. A
         device executable computes every output in one call anyway: its results are picked."""
         arrays, rows = self._validate(inputs)

@@ -7,10 +7,9 @@ otherwise; after at most ``depth`` steps the reached nodes' ``value`` rows are s
 one tree after another from +0 in ``value``'s dtype (the order some sources sum in: XGBoost).
 
 :func:`reference` states that in whole-array numpy: the interpreter's rule, and the numpy
-backend's where numba is missing. Vectorized, it pays a few numpy calls per level (~7 µs a level
-at one row), where ONNX Runtime walks a 100-tree model in 13–20 µs. :func:`native` is the same
-walk compiled by numba: row by row, tree by tree, stopping at a leaf; ~2.5 µs for 100 trees of
-depth 3 and ~9 µs for depth 8 at one row here, with no per-level Python at all.
+backend's where numba is missing. Vectorized, it pays a few numpy calls per level, more at one
+row than ONNX Runtime's whole walk of a 100-tree model. :func:`native` is the same walk compiled
+by numba: row by row, tree by tree, stopping at a leaf, with no per-level Python at all.
 
 Tables come from the model, which the service treats as untrusted input: the native kernel checks
 every index it follows before reading through it (a predictable branch, no measurable cost), so
@@ -30,8 +29,8 @@ from . import native as _native
 from .errors import BackendError
 from .node_tables import check_tables
 
-#: Rows from which a batch goes through :mod:`lazy.forest_bits` (XGBoost 100 × depth 6, one
-#: thread: walked 20 µs at 16 rows, 78 at 64; batch kernel 15 and 26).
+#: Rows from which a batch goes through :mod:`lazy.forest_bits`: from here on its batch kernel
+#: beats the row-by-row walk (docs/design-figures.md).
 BIT_ROWS = 16
 
 Walk = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], Any]

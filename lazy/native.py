@@ -1,8 +1,8 @@
 """Native host kernels: numba, where it is installed, compiles the loops the numpy backend runs
 for ops whose tensor formulations would cost many numpy calls per row (FOREST_SUM, COUPLE).
 
-numba is imported only when a graph first needs a kernel (~0.5 s): :data:`AVAILABLE` is checked
-without importing it.
+numba is imported only when a graph first needs a kernel (the import is slow): :data:`AVAILABLE`
+is checked without importing it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def numba_version() -> str:
 
 def compile_kernel(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` compiled by numba: ``nogil`` (a batch scored on a worker thread leaves the event
-    loop free) and cached on disk (~1 s to compile each dtype combination) where numba finds a
+    loop free) and cached on disk (each dtype combination is slow to compile) where numba finds a
     writable place: NUMBA_CACHE_DIR, the package's __pycache__, or the user's cache directory.
     On a read-only filesystem without one it is compiled once per process instead. Float
     arithmetic is IEEE's, as in numpy and XLA (numba's default raises on a division by zero)."""

@@ -24,7 +24,7 @@ class CacheStats:
     disk_errors: int = 0
     evictions: int = 0
     compiles: Counter[str] = field(default_factory=Counter)  # device executables, by cause
-    # Host plans built (numpy code generated from a graph in milliseconds), by cause: not
+    # Host plans built (numpy code generated from a graph), by cause: not
     # compiles of device code, so never counted as one (a restart that loads every executable
     # from disk still builds its host plans).
     host_builds: Counter[str] = field(default_factory=Counter)

@@ -128,7 +128,7 @@ def create_app(
         summary="Serve scikit-learn, LightGBM and XGBoost models compiled to XLA.",
         lifespan=lifespan,
         # Off unless asked for: FastAPI looks up the global OpenTelemetry providers on every
-        # request (4 % of a single-row score's CPU under load) even when none is configured.
+        # request (a visible share of a single-row score's CPU) even when none is configured.
         telemetry=None if settings.otel else {"tracing": False, "metrics": False, "logs": False},
     )
     app.state.settings, app.state.manager, app.state.metrics = settings, manager, metrics

@@ -162,7 +162,7 @@ def _execute_for(
     """Runs in the executor thread: :func:`_execute`, then hand the outcome to the event loop.
 
     One ``call_soon_threadsafe`` instead of ``run_in_executor``'s chained concurrent and asyncio
-    futures: tens of µs less CPU per batch, which a single-row request pays in full.
+    futures: less CPU per batch, which a single-row request pays in full.
     """
     if future.cancelled():  # the worker was cancelled before this batch started: skip it
         return
@@ -397,7 +397,7 @@ class Batcher:
                     await self._wait_to_fill()
                 else:
                     # Awaited directly (not through asyncio.wait, whose extra callback costs one
-                    # more event-loop iteration per batch: milliseconds under load). Never
+                    # more event-loop iteration per batch, a long one under load). Never
                     # raises: _execute returns the error in its outcome.
                     await in_flight.future
                     self._in_flight_rows = 0

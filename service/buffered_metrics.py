@@ -1,12 +1,12 @@
 """Prometheus histograms and counters cheap enough to update several times per request.
 
 prometheus_client's ``Histogram.observe`` takes two locks and scans the buckets in Python, and
-``Counter.inc`` takes one lock: a few µs each, several times per single-row score (request,
-decode, encode and queue durations, the request count), which is a visible share of the CPU one
-request costs. The classes here record an update by appending it to a list of the child; the list
-is folded into prometheus_client's own values in bulk, under one lock, whenever a scrape reads the
-child (``_child_samples``, which every exposition and ``registry.collect()`` goes through) or when
-it holds :data:`FLUSH_EVERY` updates. A scrape therefore sees exactly what an unbuffered metric
+``Counter.inc`` takes one lock, each called several times per single-row score (request,
+decode, encode and queue durations, the request count): a visible share of the CPU one request
+costs. The classes here record an update by appending it to a list of the child; the list is
+folded into prometheus_client's own values in bulk, under one lock, whenever a scrape reads the
+child (``_child_samples``, which every exposition and ``registry.collect()`` goes through) or
+when it holds :data:`FLUSH_EVERY` updates. A scrape therefore sees exactly what an unbuffered metric
 would show: the same series, the same bucket counts, and sums added in the same order.
 
 Updates may come from any thread: ``list.append`` is atomic, and a flush takes the prefix it has

@@ -2,13 +2,13 @@
 
 A serving process holds hundreds of thousands of long-lived objects (jax, scikit-learn, the
 compiled models). Under load, the objects of in-flight requests outlive a few young collections,
-are promoted, and trigger a full collection every few seconds; each walks the whole heap, a pause
-of hundreds of milliseconds that set the p99 latency over HTTP. Two measures:
+are promoted, and trigger frequent full collections; each walks the whole heap, a pause long
+enough to set the p99 latency over HTTP. Two measures:
 
 - :func:`settle` after each model load: one full collection (with the previous freeze undone, so
   cycles of earlier loads, e.g. a version retired since, are reclaimed), then ``gc.freeze()``:
   every object alive now is skipped by later collections (reference counting still frees them).
-  A model load thus costs one full collection instead of one every few seconds.
+  A model load thus costs one full collection instead of a steady stream of them.
 - A young-generation threshold of :data:`GEN0_THRESHOLD` container allocations instead of 700:
   request objects are freed by reference counting long before, so young collections become rare
   instead of running every few requests.

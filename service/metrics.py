@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 import lazy as lz
 from service.buffered_metrics import counter_class, histogram_class
 
-# Serving latencies span ~100 µs (a cached single row) to seconds (a 100k-row request).
+# The buckets span serving latencies, from a cached single row to a 100k-row request.
 LATENCY_BUCKETS = (
     0.0001,
     0.00025,
@@ -172,7 +172,7 @@ class Metrics:
 
     def child(self, family: MetricWrapperBase, *labels: str) -> Any:
         """``family.labels(*labels)``, looked up once: prometheus_client validates the values and
-        takes a lock on every ``labels()`` call (a few µs), and the scoring path needs several
+        takes a lock on every ``labels()`` call, and the scoring path needs several
         children per request. Labels are bounded, so is this cache."""
         key = (id(family), labels)
         child = self._children.get(key)

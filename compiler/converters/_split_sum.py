@@ -19,8 +19,8 @@ any matmul kernel. What is left, ``k1 @ w2 + k2 @ w``, is ~``2^-a``-``2^-b`` of 
 
 Cost: two matmuls, ``k1 @ [w1 | w2]`` and ``k2 @ w``. XLA:CPU materialises ``k`` once and feeds
 each from its own elementwise pass over it; concatenating ``[k1 | k2]`` into ONE matmul instead
-wrote the (B, 2n) concatenation as an extra copy and ran a wider product: 2x a plain matmul's
-time on a 2211-vector SVC at 10k rows, against ~1.2x for the two matmuls.
+wrote the (B, 2n) concatenation as an extra copy and ran a wider product, slower than the two
+matmuls.
 """
 
 from __future__ import annotations

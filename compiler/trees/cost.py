@@ -16,22 +16,21 @@ trees, HistGB, LightGBM and XGBoost.
 - treewise: 90 + 3.7·ΣD, ΣD the sum of the trees' own depths — one tree at a time, each to its own
   depth (fitted to RF 100 × depth 8, 10 and unlimited at 10k rows, in the 2k-row blocks the JAX
   lowering gives tree walks; the other terms predate those blocks, which sped the lockstep
-  walks ~1.3× at depth 8, so the term is set between their fits: it loses to the hybrid at
-  depth ≤ 10 as measured, and wins for unlimited depth, 2.2× faster than the hybrid there; the
-  intercept, a loop per depth group, leaves tiny models to the bit-vectors).
+  walks up, so the term is set between their fits: it loses to the hybrid at depth ≤ 10 as
+  measured, and wins for unlimited depth; the intercept, a loop per depth group, leaves tiny
+  models to the bit-vectors).
 
 Measured picture: bit-vectors win wherever trees have at most 32 leaves (boosting with 31
-leaves: HistGB and LightGBM 10–15× faster than traversal; shallow forests); the hybrid wins for
-deeper trees, by ~30 % over traversal at depth 8 and less as depth grows; traversal and perfect
-traversal tie for a few deep trees. Batches of 100 rank the strategies nearly the same (the
-fitted pick is within 1.7× of the fastest there, median 1.0×); single rows are dominated by
-per-call overhead, where all tie. So the choice is per model — one graph serves every bucket.
+leaves: HistGB and LightGBM; shallow forests), by far over traversal; the hybrid wins for deeper
+trees, by less as depth grows; traversal and perfect traversal tie for a few deep trees.
+Batches of 100 rank the strategies nearly the same; single rows are dominated by per-call
+overhead, where all tie. So the choice is per model — one graph serves every bucket (figures:
+docs/design-figures.md).
 
 The bit-vector and hybrid-top terms predate the JAX lowering's padded column layout (see
-``lazy/backends/jax_backend.py``, ``_column_major``), which halved their per-split cost for
-features read from a 1024-row bucket (LightGBM and HistGB 100 × 31 leaves, 50 features: 17 → 8
-ms per 10k rows). They already won wherever they apply, so no pick changed on the benchmark
-models; a refit would lower 0.19 and 0.24.
+``lazy/backends/jax_backend.py``, ``_column_major``), which cut their per-split cost for
+features read from a 1024-row bucket. They already won wherever they apply, so no pick changed
+on the benchmark models; a refit would lower 0.19 and 0.24.
 """
 
 from __future__ import annotations

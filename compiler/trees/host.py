@@ -1,13 +1,12 @@
 """Tree ensembles as the host runs them: one FOREST_SUM over the node tables.
 
 The device strategies (:mod:`.strategies`) loop over trees or levels inside one executable,
-where a loop step costs little but a call has a fixed cost (~20 µs on XLA:CPU). On the host,
-``lz.forest_sum`` is a native loop over rows, trees and levels (:mod:`lazy.forest`): ~2.5 µs for
-100 trees of depth 3 at one row, against ONNX Runtime's 13–20 µs for the whole call; batches of
-16 rows or more go through bit-vectors and a compacted walk (:mod:`lazy.forest_bits`), 2-4x
-faster than the device strategies at 10k rows. The executor times the host against the device
-on every bucket it may win (``lazy.executor``, host placement) and keeps the faster, so a
-one-row request never pays the device's fixed cost.
+where a loop step costs little but a call has a fixed cost. On the host, ``lz.forest_sum`` is a
+native loop over rows, trees and levels (:mod:`lazy.forest`), faster at one row than ONNX
+Runtime's whole call; batches of 16 rows or more go through bit-vectors and a compacted walk
+(:mod:`lazy.forest_bits`), faster than the device strategies on large batches too. The executor
+times the host against the device on every bucket it may win (``lazy.executor``, host
+placement) and keeps the faster, so a one-row request never pays the device's fixed cost.
 
 The tables are the traversal strategy's level-major ones (children adjacent, leaves looping to
 themselves); the walk reads the rows as given, so NaN handling is the op's ``nan_right`` flag

@@ -37,7 +37,7 @@ def node_leaf_sum(
     """(B, K): the sum over trees of ``value[node]`` for (B, T) node ids, one output at a time.
 
     A (B, T, K) gather and a sum over T leave K as the innermost axis, which XLA:CPU does not
-    vectorize (10× slower for K = 2); one (B, T) gather and sum per output vectorize over T.
+    vectorize; one (B, T) gather and sum per output vectorize over T.
     An ``in_order`` ensemble adds the trees' values one after another (a loop over T).
     """
     dtype = ensemble.sum_dtype(ctx.dtype)

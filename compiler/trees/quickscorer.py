@@ -8,7 +8,7 @@ others do not contain it), and any leaf left of it is under the left child of a 
 went right. So per tree: AND the bitmasks of the false splits (all ones for the true ones), and
 the exit leaf is the lowest set bit. Masks are uint32 words, leaf ``32 w + b`` at bit ``b`` of
 word ``w``; trees of up to 32 leaves need one word. The strategy takes those only (more words
-multiplied the loop body, and XLA's compile time grew faster still: 50 s per bucket at depth 8);
+multiplied the loop body, and XLA's compile time grew faster still);
 deeper trees use the hybrid, whose top is one word.
 
 The evaluation is a loop over trees, one per iteration (several per iteration measured slower:
@@ -180,8 +180,8 @@ def bitvector(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTens
         return acc + select(leaf, [lz.take(values, tree * n_leaves + j) for j in range(n_leaves)])
 
     # One loop per output, over the trees that contribute to it (boosting: one class's trees),
-    # with a (B,) sum: a (B, K) carry puts K innermost, which XLA:CPU does not vectorize (10×
-    # slower for K = 2 than K loops).
+    # with a (B,) sum: a (B, K) carry puts K innermost, which XLA:CPU does not vectorize (slower
+    # than K loops).
     # Trees in order from +0: an ``in_order`` ensemble's sum, in its dtype.
     dtype = ensemble.sum_dtype(ctx.dtype)
     zeros = lz.reshape(constant(np.zeros(1), x, ctx, dtype), (lz.B,))

@@ -15,7 +15,7 @@ one module each; this one chooses among them.
   a tree per iteration, and bit-vectors for the top levels with traversal below. ``auto`` asks
   :mod:`.cost`.
 
-Level loops are ``lz.fori_loop``s: an unrolled loop makes XLA recompute index chains (~2× slower)
+Level loops are ``lz.fori_loop``s: an unrolled loop makes XLA recompute index chains (slower)
 and compile depth copies of the step. Splits compare one column of the widened features
 (:mod:`.splits`), which folds in the NaN direction.
 

@@ -19,16 +19,15 @@ threshold and left child and the row's feature value. Leaf vectors are accumulat
 a (B, K) carry. Splits compare one column of the widened features (:mod:`.splits`), as in the
 traversal strategy, so decisions are exactly the source's.
 
-Measured on scoring.py's deep forest (100 trees of depth 21–32, 10k rows, one thread, CPU
-time): a step costs ~2.7 ns per row (XLA:CPU emits scalar loads, clamping every gather index
-even when promised in bounds; a loop iteration's own overhead is ~0.1 µs, under 5 % of a
-512-row block). Cold caches cost nothing measurable (``bench/tree_strategies.py --flush-mb
-64`` on its deep forest: 69 ms against 73 warm). Tried and slower: node records packed in
-one row (column, left, threshold: three loads from one cache line) 1.7×, two trees per loop
-iteration 1.3×, two levels per iteration 1.5×; a (K, B) leaf sum and narrower rows changed
-nothing. What is left is the lockstep itself: rows reach depth 13 on average, but every row
-takes its tree's depth in steps (25 on average), and stopping a block once all its rows sit at
-leaves would still take 22 (64-row blocks) — a per-row loop is beyond what the IR expresses.
+On deep forests a step's time is its loads (XLA:CPU emits scalar loads, clamping every gather
+index even when promised in bounds); a loop iteration's own overhead is small against a block,
+and cold caches cost nothing measurable (``bench/tree_strategies.py --flush-mb 64``). Tried and
+slower: node records packed in one row (column, left, threshold: three loads from one cache
+line), two trees per loop iteration, two levels per iteration; a (K, B) leaf sum and narrower
+rows changed nothing. What is left is the lockstep itself: rows reach a leaf well before their
+tree's depth, but every row takes its tree's depth in steps, and stopping a block once all its
+rows sit at leaves would save little — a per-row loop is beyond what the IR expresses (figures:
+docs/design-figures.md).
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ class Backend(abc.ABC):
     #: Whether compute-bound graphs run faster here in calls larger than their intermediates'
     #: L2 budget (see lazy.executor.DENSE_CALL_BYTES): where a call has a fixed cost worth
     #: spreading and elementwise work is fused into few passes (XLA), not where every op is its
-    #: own pass over the rows (torch eager: a 50-100-100-1 MLP ran 4-9 % slower in 4096-row calls).
+    #: own pass over the rows (torch eager, where an MLP ran slower in larger calls).
     dense_calls: bool = False
 
     @abc.abstractmethod

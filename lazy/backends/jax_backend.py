@@ -42,13 +42,12 @@ _PRECISION = lax.Precision.HIGHEST
 
 #: The most rows one pass of a graph handles; larger buckets loop over blocks of rows. Graphs
 #: never mix rows, so blocking changes nothing but the working set: a tree ensemble's (B, T)
-#: per-tree tables for 100k rows (40 MB at T = 100) outgrow the caches — 100 trees of depth 8
-#: on 100k rows took 604 ms in one pass, 212 ms in 7 blocks (10k rows: 35 ms in one).
+#: per-tree tables for 100k rows (40 MB at T = 100) outgrow the caches, and one pass over them
+#: takes far longer than the same rows in blocks (docs/design-figures.md).
 ROW_BLOCK = 16384
 #: Graphs that gather single values from batched rows inside a loop (tree walks: a row's feature
 #: at its node, every step) take blocks whose gathered rows fit this many bytes, so the steps'
-#: random reads hit L2: a 100-tree forest of depth ~20 walked tree by tree ran 2x faster in
-#: 2048-row blocks than in one 10k-row pass; depth 8 lockstep walks ~1.3x.
+#: random reads hit L2 (deep forests walked tree by tree gain most, lockstep walks less).
 GATHER_BLOCK_BYTES = 1 << 18
 #: Bumped whenever this module lowers the same graph to different code (2: loop-invariant
 #: columns padded to an odd number of cache lines). It keys the executable cache, so an upgrade
@@ -59,10 +58,9 @@ LOWERING_REVISION = 2
 OptionValue = str | bool | int
 #: Per-executable XLA options on CPU devices: none, jaxlib's defaults. Tried on jaxlib 0.10.2
 #: (bench/xla_options.py, bench/call_overhead.py's notes): turning its YNNPACK library fusions off
-#: (``{"xla_cpu_experimental_ynn_fusion_type": ""}``) ran a bare 50→100→100→1 MLP 0.86-0.95x
-#: the time at 1024 rows, but with Kestrel's compiled MLP / LR / forest (1-10k rows) jaxlib's
-#: defaults took 0.84-1.02x the time of YNN-off: no gain to take (a loaded box; noise ±10 %);
-#: fast math, vector width and opt presets compiled to the same code or timed within noise.
+#: (``{"xla_cpu_experimental_ynn_fusion_type": ""}``) sped up a bare MLP, but not Kestrel's
+#: compiled MLP / LR / forest: no gain to take; fast math, vector width and opt presets compiled
+#: to the same code or timed within noise.
 CPU_COMPILER_OPTIONS: dict[str, OptionValue] = {}
 
 
@@ -152,8 +150,8 @@ def _take(data: Any, idx: Any, axis: int) -> Any:
 
 
 def _take_along(data: Any, idx: Any, axis: int) -> Any:
-    # A 1-D gather from the flattened data at row-major linear indices: XLA:CPU runs it ~2x
-    # faster than take_along_axis's multi-dimensional gather (tree traversal steps are these).
+    # A 1-D gather from the flattened data at row-major linear indices: XLA:CPU runs it faster
+    # than take_along_axis's multi-dimensional gather (tree traversal steps are these).
     axis %= data.ndim
     shape = jnp.broadcast_shapes(
         tuple(1 if d == axis else n for d, n in enumerate(data.shape)),
@@ -205,7 +203,7 @@ def _column_major(x: Any, axis: int) -> tuple[Any, int]:
     """``x`` with ``axis`` moved first, and the rows' own length: a 2-D result's rows are padded
     to an odd number of cache lines. Bucket sizes are powers of two, so unpadded rows start a
     multiple of 4 KB apart and all map to the same few L1 sets; a loop step that reads 30 of
-    them (a bit-vector tree's splits) then missed L1 on every read: 2x slower."""
+    them (a bit-vector tree's splits) then missed L1 on every read."""
     x = jnp.moveaxis(x, axis, 0)
     length = x.shape[-1]
     if x.ndim != 2:

@@ -1,8 +1,8 @@
 """The host lowering: a graph as straight-line numpy on the calling thread, for tiny buckets.
 
-A device call has a fixed cost before any work: XLA:CPU's runtime takes ~15 µs per call, and the
-first dot of a call another ~30 µs (its thunk hands the dot to the intra-op pool). For one row of
-a logistic regression or an MLP that is most of the time; numpy runs the same few ops in ~10 µs.
+A device call has a fixed cost before any work: XLA:CPU's runtime per call, and more for the
+first dot of a call (its thunk hands the dot to the intra-op pool). For one row of a logistic
+regression or an MLP that is most of the time; numpy runs the same few ops in less time.
 The executor (:class:`lazy.executor.CompiledGraph`) times this lowering against its backend on the
 smallest buckets at warm-up and keeps whichever is faster there.
 
@@ -11,8 +11,8 @@ takes the node and the bucket's :class:`Lowering`, and returns that callable); `
 generates one Python function that calls them in order, so a call costs the numpy calls and
 nothing else. Values keep the dtypes the policy lowers to (float32 stays float32), except signed
 integers, which are numpy's index type (``intp``) inside a plan: numpy gathers with any other
-index dtype convert the indices first, twice the cost of the gather itself on a 100-element
-tree walk. Integer inputs are widened on entry and integer outputs narrowed back on return,
+index dtype convert the indices first, costing more than the gather itself on a small tree
+walk. Integer inputs are widened on entry and integer outputs narrowed back on return,
 and ops whose result depends on the width (CTZ) compute in the lowered one. A dry run on the
 bucket's shapes finds the nodes where numpy's result type differs and casts there.
 
@@ -20,9 +20,9 @@ An elementwise step writes its result into an operand's buffer when that operand
 last time there and no later value views it (never the caller's rows, a parameter or a constant):
 fresh arrays of a few hundred KB come from mmap, page-faulted on every call.
 
-Kernels take numpy's cheapest entry points: indexing rather than ``np.take`` (a Python wrapper:
-4x the cost on small arrays), and a flat gather rather than ``np.take_along_axis`` (~15 µs of
-Python per call) for the row-wise gathers of tree walks.
+Kernels take numpy's cheapest entry points: indexing rather than ``np.take`` (a Python wrapper,
+costly on small arrays), and a flat gather rather than ``np.take_along_axis`` (much Python per
+call) for the row-wise gathers of tree walks.
 """
 
 from __future__ import annotations

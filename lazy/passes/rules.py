@@ -144,7 +144,7 @@ def _bias_chain(b: dict[str, Node], ctx: RewriteContext) -> Node | None:
 
 #: ``(u + p) + q`` with parameter-only p and q → ``u + (p + q)``, the sum made once in float64:
 #: a folded scaler's bias followed by a model's intercept (one numpy call fewer per row on the
-#: host, where each costs ~1 µs; one rounding fewer in float32).
+#: host, where every call has a fixed cost; one rounding fewer in float32).
 BIAS_CHAIN = Rule(
     "bias-chain",
     Pattern(
