@@ -447,7 +447,7 @@ def run(config: Config) -> list[Measurement]:
             )
         for kind, servers in groups.items():
             port = free_port()
-            argv, env = _server_command(kind, port, artifacts, workdir, base_env)
+            argv, env = server_command(kind, port, artifacts, workdir, base_env)
             cwd = config.kestrel_src if kind == "kestrel" else ROOT
             log_path = workdir / f"{kind}.log"
             config.log(f"starting {kind} server on port {port} ...")
@@ -471,7 +471,7 @@ def run(config: Config) -> list[Measurement]:
     return results
 
 
-def _server_command(
+def server_command(
     kind: str, port: int, artifacts: Path, workdir: Path, env: dict[str, str]
 ) -> tuple[list[str], dict[str, str]]:
     python = sys.executable

@@ -19,7 +19,6 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 import lazy as lz
-from service.buffered_metrics import counter_class, histogram_class
 
 # The buckets span serving latencies, from a cached single row to a 100k-row request.
 LATENCY_BUCKETS = (
@@ -62,57 +61,54 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
-        # Families updated on every request or batch buffer their updates (same series and
-        # values at every scrape; see service/buffered_metrics.py).
-        hot_histogram, hot_counter = histogram_class(), counter_class()
-        self.requests = hot_counter(
+        self.requests = Counter(
             "kestrel_requests",
             "HTTP requests by model, route template and status code.",
             ("model", "route", "status"),
             registry=r,
         )
-        self.request_seconds = hot_histogram(
+        self.request_seconds = Histogram(
             "kestrel_request_duration_seconds",
             "Time from receiving a request to its response, in the server.",
             ("model", "route"),
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.queue_seconds = hot_histogram(
+        self.queue_seconds = Histogram(
             "kestrel_queue_duration_seconds",
             "Time a request's rows waited in the batcher's queue.",
             ("model", "version"),
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.compute_seconds = hot_histogram(
+        self.compute_seconds = Histogram(
             "kestrel_compute_duration_seconds",
             "Time to run one batch through the compiled model.",
             ("model", "version"),
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.codec_seconds = hot_histogram(
+        self.codec_seconds = Histogram(
             "kestrel_codec_duration_seconds",
             "Host time decoding requests into tensors (decode) and rendering responses (encode).",
             ("model", "version", "phase"),
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.batch_rows = hot_histogram(
+        self.batch_rows = Histogram(
             "kestrel_batch_rows",
             "Real rows per executed batch.",
             ("model", "version"),
             buckets=ROW_BUCKETS,
             registry=r,
         )
-        self.rows = hot_counter(
+        self.rows = Counter(
             "kestrel_batch_rows_processed",
             "Real rows computed.",
             ("model", "version"),
             registry=r,
         )
-        self.padded_rows = hot_counter(
+        self.padded_rows = Counter(
             "kestrel_batch_padded_rows",
             "Rows added to fill a batch to its compiled bucket size.",
             ("model", "version"),
