@@ -280,6 +280,8 @@ class CompiledGraph:
         self._fingerprint = self.backend.fingerprint()
         self._numpy = get_backend("numpy")
         self._host_params: Any = None  # the host plans' own parameters, prepared once
+        # Per host graph digest: the largest bucket an any-rows plan was built at, and the plan.
+        self._host_shared: dict[str, tuple[int, Executable]] = {}
         self._buckets = [_Bucket(rows) for rows in self._sizes]
         #: Why a given plan was not followed (None: followed, or none given).
         self.plan_refused: str | None = None
@@ -350,11 +352,21 @@ class CompiledGraph:
         return exe
 
     def _host(self, rows: int, cause: CompileCause, graph: Graph | None = None) -> Executable:
-        """A host plan of ``graph`` (the host graph) for ``rows`` rows, through the cache."""
+        """A host plan of ``graph`` (the host graph) for ``rows`` rows, through the cache.
+
+        A plan that takes any rows (``any_rows``) runs every smaller bucket as it is, so one
+        plan per graph serves them all: the first one built at a bucket at least this large
+        (warm-up goes largest bucket first, so usually the only one built)."""
         graph = self.host_graph if graph is None else graph
+        shared = self._host_shared.get(graph.digest)
+        if shared is not None and shared[0] >= rows:
+            return shared[1]
         numpy = self._numpy
         compile = lambda: numpy.compile(graph, rows, self._policy)  # noqa: E731
-        return self.cache.get(self._host_key(rows, graph), numpy, compile, cause)
+        exe = self.cache.get(self._host_key(rows, graph), numpy, compile, cause)
+        if getattr(exe, "any_rows", False):
+            self._host_shared[graph.digest] = (rows, exe)
+        return exe
 
     def _host_route(self, rows: int, cause: CompileCause) -> tuple[Executable, Any]:
         if self._host_params is None:
