@@ -45,10 +45,11 @@ from service.errors import (
 )
 from service.metrics import Metrics
 from service.middleware import ServiceMiddleware, request_id_var
-from service.models import ModelManager, ModelOptions, State, Upload, failure_error
+from service.models import ModelManager
 from service.preload import Preloader
 from service.settings import Settings
 from service.store import ModelStore
+from service.versions import ModelOptions, State, Upload, failure_error
 from service.web import json_response, query_flag, read_body
 
 log = logging.getLogger("kestrel.app")

@@ -10,7 +10,8 @@ import io
 import logging
 from typing import Any
 
-from service.models import ModelManager, ModelOptions, Upload
+from service.models import ModelManager
+from service.versions import ModelOptions, Upload
 
 log = logging.getLogger("kestrel.demo")
 

@@ -19,8 +19,9 @@ from pathlib import Path
 
 from service import artifacts
 from service.errors import http_error_for
-from service.models import ModelManager, State, Upload
+from service.models import ModelManager
 from service.store import validate_name
+from service.versions import State, Upload
 
 log = logging.getLogger("kestrel.preload")
 

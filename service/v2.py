@@ -27,9 +27,10 @@ from compiler import InputSchema
 from compiler.schema import describe_mismatch
 from service import codecs, openapi
 from service.errors import BadRequest, InvalidInput, NotFound
-from service.models import ModelManager, ModelVersion, State
+from service.models import ModelManager
 from service.parity import side_by_side
 from service.settings import Settings
+from service.versions import ModelVersion, State
 from service.web import json_response, query_flag, read_body
 
 HEADER_LENGTH = "inference-header-content-length"

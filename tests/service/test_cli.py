@@ -251,7 +251,7 @@ def test_a_loading_version_reports_its_progress(server: LiveServer, tmp_path: Pa
     """GET of a LOADING version says what it does: queued, then each bucket compiled and
     warmed up (done of total), parity, storing; the CLI's progress display follows this."""
     from service import openapi
-    from service.models import Phase
+    from service.versions import Phase
 
     assert typing.get_args(openapi.LoadProgress.model_fields["phase"].annotation) == tuple(Phase)
     data = _forest(tmp_path / "forest.skops", seed=2).read_bytes()

@@ -13,8 +13,9 @@ import skops.io as sio
 from sklearn.linear_model import LinearRegression
 
 from service.app import create_app
-from service.models import ModelManager, ModelVersion, State
+from service.models import ModelManager
 from service.settings import Settings
+from service.versions import ModelVersion, State
 
 TOKEN = "registration-test-token"
 

@@ -22,9 +22,10 @@ from sklearn.linear_model import LinearRegression
 import lazy as lz
 from service.errors import NotFound
 from service.metrics import Metrics
-from service.models import ModelManager, ModelOptions, ModelVersion, State, Upload
+from service.models import ModelManager
 from service.settings import Settings
 from service.store import Manifest, ModelStore
+from service.versions import ModelOptions, ModelVersion, State, Upload
 
 X = np.random.default_rng(0).normal(size=(40, 3)).astype(np.float32)
 

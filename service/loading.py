@@ -1,0 +1,204 @@
+"""The blocking half of a version's load: trust boundary, compile, warm-up, parity, blobs.
+
+Everything here runs off the event loop. Compiles run one at a time on the loader's own thread
+(:meth:`Loader.submit`), so two uploads do not fight over the cores and a client polling the
+version sees its :class:`~service.versions.LoadProgress` advance; validation runs on the default
+executor, so a bad upload is refused at once even while another model compiles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any, TypeVar
+
+import compiler
+import lazy as lz
+from service import artifacts, codecs, parity
+from service.metrics import Metrics
+from service.settings import Settings
+from service.store import ModelStore, VersionRecord
+from service.versions import LoadProgress, ModelOptions, ModelVersion, Phase, Upload
+
+log = logging.getLogger("kestrel.models")
+
+T = TypeVar("T")
+
+
+class Loader:
+    """Turns an upload, or a stored record, into a checked compiled model."""
+
+    def __init__(
+        self, settings: Settings, store: ModelStore, metrics: Metrics, cache: lz.ExecutableCache
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.metrics = metrics
+        self.cache = cache
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="kestrel-compile")
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """Run ``fn(*args)`` on the loader thread, after the loads queued before it."""
+        return asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+
+    def shutdown(self) -> None:
+        self._thread.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def allow_host_steps(self) -> bool:
+        """Steps the compiler cannot convert run on the host only where the operator trusts
+        modules for them (``host_step_modules``): a server without them compiles everything."""
+        return bool(self.settings.host_step_modules)
+
+    def trace_options(self, options: ModelOptions) -> compiler.CompileOptions:
+        """Options to trace only (to check support or read the schema): nothing is compiled."""
+        return compiler.CompileOptions(
+            dtype=options.dtype,
+            tree_strategy=options.tree_strategy,
+            methods=tuple(options.methods) if options.methods else None,
+            allow_host_steps=self.allow_host_steps,
+            backend="interpreter",
+            warmup=False,
+        )
+
+    def validate(self, upload: Upload) -> artifacts.LoadedArtifact:
+        """Load through the trust boundary and trace (no compile): fails fast on bad uploads."""
+        loaded = artifacts.load_artifact(
+            upload.data,
+            filename=upload.filename,
+            format=upload.format,
+            allow_pickle=upload.pickle_allowed,
+            host_step_modules=self.settings.host_step_modules,
+        )
+        if loaded.format == "pickle":
+            self.metrics.pickle_loads.inc()
+            log.warning(
+                "unpickled an upload for model %s", upload.name, extra={"model": upload.name}
+            )
+        compiler.trace(loaded.estimator, options=self.trace_options(upload.options))
+        return loaded
+
+    def build(self, mv: ModelVersion, estimator: Any, upload: Upload) -> VersionRecord:
+        """Compile, warm, check parity, then store the blobs: the record to commit."""
+        self.compile(mv, estimator, upload.sample)
+        if mv.progress is not None:
+            mv.progress = replace(mv.progress, phase=Phase.STORING)
+        artifact = self.store.put_blob(upload.data)
+        sample = None
+        if upload.sample is not None:
+            # NaN kept: the sample's missing values mean the same on every reload.
+            sample = self.store.put_blob(codecs.dumps_keeping_nan(upload.sample))
+        plan = None if mv.model is None or mv.model.plan is None else mv.model.plan.as_dict()
+        return VersionRecord(
+            name=mv.name,
+            version=mv.version,
+            artifact=artifact,
+            format=mv.format,
+            filename=mv.filename,
+            options=mv.options.model_dump(),
+            sample=sample,
+            created=mv.created,
+            metadata={"framework": mv.framework, "parity": mv.parity},
+            plan=plan,
+        )
+
+    def reload(self, mv: ModelVersion, record: VersionRecord) -> VersionRecord:
+        """Load a stored version again, following its stored execution plan."""
+        data = self.store.get_blob(record.artifact)
+        sample = (
+            codecs.loads(self.store.get_blob(record.sample), allow_nan=True)
+            if record.sample
+            else None
+        )
+        loaded = artifacts.load_artifact(
+            data,
+            filename=record.filename,
+            format=record.format,
+            allow_pickle=record.format == "pickle",
+            host_step_modules=self.settings.host_step_modules,
+        )
+        mv.framework = loaded.framework
+        self.compile(mv, loaded.estimator, sample, _stored_plan(mv, record))
+        return record
+
+    def compile(
+        self, mv: ModelVersion, estimator: Any, sample: Any, plan: lz.ExecutionPlan | None = None
+    ) -> None:
+        """Compile every bucket (or load it from the disk cache), run it, check parity; sets
+        ``mv.model``. ``mv.progress`` follows along, for clients polling the version. ``plan``:
+        the stored version's execution plan, followed where it still matches this process."""
+        mv.progress = LoadProgress(Phase.COMPILING)
+        opts = mv.options
+        max_batch = opts.max_batch or self.settings.max_batch
+        options = compiler.CompileOptions(
+            dtype=opts.dtype,
+            tree_strategy=opts.tree_strategy,
+            methods=tuple(opts.methods) if opts.methods else None,
+            max_batch=max_batch,
+            # The batcher never hands the model a batch of more rows than max_batch: larger
+            # buckets would be compiled at warm-up and never run.
+            call_rows=max_batch,
+            allow_host_steps=self.allow_host_steps,
+            cache=self.cache,
+            warmup=False,  # below, bucket by bucket
+            plan=plan,
+        )
+        schema_sample = None
+        if sample is not None:
+            schema = compiler.trace(estimator, options=self.trace_options(opts)).schema
+            schema_sample = parity.source_input(schema, sample)
+        model = compiler.compile(estimator, sample=schema_sample, options=options)
+        refused = model.compiled.plan_refused
+        if plan is not None and refused is not None:
+            # Answers may differ in the last float32 bit from replicas that follow the plan.
+            log.warning(
+                "model %s version %s: not following its stored execution plan (%s); "
+                "placing its buckets anew",
+                mv.name,
+                mv.version,
+                refused,
+                extra={"model": mv.name, "version": mv.version},
+            )
+        total = model.compiled.bucket_count
+        mv.progress = LoadProgress(Phase.COMPILING, 0, total)
+
+        def warmed(bucket: lz.WarmedBucket) -> None:
+            mv.progress = LoadProgress(Phase.COMPILING, bucket.done, total)
+
+        model.compiled.warmup(on_bucket=warmed)
+        mv.progress = LoadProgress(Phase.PARITY, total, total)
+        result = parity.gate(
+            estimator,
+            model,
+            schema_sample,
+            synthetic_rows=self.settings.parity_rows,
+            probe_rows=self.settings.parity_probe_rows,
+            rtol=self.settings.parity_rtol,
+            atol=self.settings.parity_atol,
+        )
+        mv.parity = result.as_dict()
+        if not result.ok:
+            raise parity.ParityError(
+                f"parity check failed on {result.source} and probe rows: {result.problem}"
+            )
+        mv.model = model
+
+
+def _stored_plan(mv: ModelVersion, record: VersionRecord) -> lz.ExecutionPlan | None:
+    """The record's execution plan; None (with a warning) if it has none or it is unreadable."""
+    if record.plan is None:
+        return None  # registered before plans were stored: placed anew here
+    try:
+        return lz.ExecutionPlan.from_dict(record.plan)
+    except lz.PlanError as exc:
+        log.warning(
+            "model %s version %s: its stored execution plan is unreadable (%s); placing anew",
+            mv.name,
+            mv.version,
+            exc,
+            extra={"model": mv.name, "version": mv.version},
+        )
+        return None

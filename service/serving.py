@@ -1,0 +1,90 @@
+"""A READY version's serving machinery: its batcher, device thread and queue-delay tracking,
+the per-batch metrics, and the orderly stop when the version is replaced or deleted."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import lazy as lz
+from service.admission import ScoringLoad
+from service.batcher import Batcher, BatchInfo
+from service.metrics import Metrics
+from service.settings import Settings
+from service.versions import ModelVersion, State
+
+
+class Serving:
+    """Starts and stops the machinery that lets a version answer requests."""
+
+    def __init__(self, settings: Settings, metrics: Metrics, scoring_load: ScoringLoad) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.scoring_load = scoring_load
+
+    def start(self, mv: ModelVersion) -> None:
+        """Give ``mv`` (compiled and checked) a device thread and a started batcher."""
+        assert mv.model is not None
+        mv.executor = ThreadPoolExecutor(1, thread_name_prefix=f"kestrel-{mv.name}")
+        buckets = lz.Buckets(mv.model.options.max_batch)
+        name, version, m = mv.name, mv.version, self.metrics
+
+        def on_batch(info: BatchInfo) -> None:
+            if info.queue_s:
+                waiting = batcher.queued_rows > 0
+                delay.observe(
+                    min(info.queue_s), waiting=waiting, rows=info.rows, parts=info.requests
+                )
+            if info.error is not None:  # its waiters get the error; nothing was computed
+                m.rejections.labels(name, "failed_batch").inc(info.requests)
+                return
+            m.child(m.compute_seconds, name, version).observe(info.compute_s)
+            m.child(m.batch_rows, name, version).observe(info.rows)
+            m.child(m.rows, name, version).inc(info.rows)
+            padded = sum(
+                buckets.sizes[buckets.index(stop - start)] - (stop - start)
+                for start, stop in buckets.chunks(info.rows)
+            )
+            m.child(m.padded_rows, name, version).inc(padded)
+            queue_seconds = m.child(m.queue_seconds, name, version)
+            for q in info.queue_s:
+                queue_seconds.observe(q)
+
+        mv.batcher = batcher = Batcher(
+            mv.model.run_encoded,
+            max_batch_rows=buckets.max_batch,
+            max_queue_rows=self.settings.max_queue_rows,
+            executor=mv.executor,
+            max_wait_s=self.settings.batch_wait_ms / 1e3,
+            on_batch=on_batch,
+        )
+        mv.delay = delay = self.scoring_load.track(
+            name,
+            target_s=self.settings.queue_delay_target_ms / 1e3,
+            interval_s=self.settings.queue_delay_interval_ms / 1e3,
+            batch_rows=buckets.max_batch,
+        )
+        batcher.start()
+
+    async def stop(self, mv: ModelVersion) -> None:
+        """Stop serving ``mv``: finish what it queued, then free it (RETIRED if it was READY)."""
+        # Detach everything first: while the old batcher drains, a delete of the newer version
+        # may bring this one back (``start`` gives it a new batcher and executor), and those
+        # must survive this stop.
+        batcher, executor, state = mv.batcher, mv.executor, mv.state
+        if state is State.READY:
+            mv.state = State.RETIRED
+        if mv.delay is not None:  # a no-op once a newer version of the model is tracked
+            self.scoring_load.untrack(mv.name, mv.delay)
+        mv.batcher, mv.model, mv.executor, mv.delay = None, None, None, None
+        if batcher is not None:
+            await batcher.close(drain=True)
+        if executor is not None:
+            executor.shutdown(wait=False)
+        if mv.state is not State.READY:  # not brought back meanwhile
+            self.metrics.observe_model_gone(mv.name, mv.version, state.value, mv.format)
+
+    @staticmethod
+    def stop_executor(mv: ModelVersion) -> None:
+        if mv.executor is not None:
+            mv.executor.shutdown(wait=False)
+            mv.executor = None
