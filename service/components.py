@@ -1,0 +1,59 @@
+"""The parts one Kestrel application is built from, made once per :func:`service.app.create_app`
+and handed to each group of routes."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry
+
+import lazy as lz
+from service.access import Auth
+from service.admission import ScoringLoad
+from service.metrics import Metrics
+from service.models import ModelManager
+from service.preload import Preloader
+from service.settings import Settings
+from service.store import ModelStore
+
+
+@dataclass(frozen=True)
+class Components:
+    settings: Settings
+    metrics: Metrics
+    cache: lz.ExecutableCache
+    store: ModelStore
+    manager: ModelManager
+    auth: Auth
+    preloader: Preloader | None  # the model file to serve at start (KServe runtime), if any
+
+    @classmethod
+    def build(cls, settings: Settings, registry: CollectorRegistry | None = None) -> Components:
+        if settings.cache_dir is not None:
+            # Native kernels' machine code (numba, lazy/forest.py) beside the executables, under
+            # the same trust: numba reads this when a model first needs it, after start-up.
+            os.environ.setdefault("NUMBA_CACHE_DIR", str(settings.cache_dir / "numba"))
+        metrics = Metrics(registry)
+        cache = lz.ExecutableCache(disk_dir=settings.cache_dir)
+        metrics.add_cache_collector(cache)
+        store = ModelStore(settings.store_url, dict(settings.store_options) or None)
+        scoring = ScoringLoad(settings.max_in_flight)
+        auth = Auth(
+            settings.admin_token.get_secret_value() if settings.admin_token else None,
+            settings.scoring_token.get_secret_value() if settings.scoring_token else None,
+        )
+        # Resolved now: a preload path naming no (or several) model files stops `serve` at once.
+        preloader = (
+            Preloader.resolve(
+                settings.preload, settings.preload_name, allow_pickle=settings.allow_pickle
+            )
+            if settings.preload is not None
+            else None
+        )
+        manager = ModelManager(settings, store, metrics, cache, scoring)
+        return cls(settings, metrics, cache, store, manager, auth, preloader)
+
+    def is_ready(self) -> bool:
+        """Stored models recovered, and the preloaded one (if any) READY: /readyz, /v2 ready."""
+        return self.manager.is_ready() and (self.preloader is None or self.preloader.ready)

@@ -1,0 +1,210 @@
+"""The model-management routes: register (multipart upload), list, describe, delete."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import FastAPI, File, Form, Query, Request, UploadFile
+from fastapi.responses import Response
+from pydantic import ValidationError
+
+from service import artifacts, codecs, openapi, store
+from service.access import Auth
+from service.components import Components
+from service.errors import BadRequest, Forbidden, InvalidInput, ModelRejected, PayloadTooLarge
+from service.settings import Settings
+from service.versions import ModelOptions, State, Upload, failure_error
+from service.web import json_response
+
+
+def add_model_routes(app: FastAPI, parts: Components) -> None:
+    settings, manager = parts.settings, parts.manager
+
+    @app.post(
+        "/models",
+        tags=["models"],
+        status_code=202,
+        summary="Register a model version",
+        responses={
+            201: {"model": openapi.VersionDescription, "description": "READY (with ?wait=true)"},
+            202: {"model": openapi.VersionDescription, "description": "Accepted: poll Location"},
+            **openapi.errors(400, *openapi.AUTH, 409, 413, 422),
+        },
+    )
+    async def register_model(
+        request: Request,
+        file: Annotated[UploadFile, File(description="the model artifact")],
+        name: Annotated[str, Form(description="model name")],
+        version: Annotated[str | None, Form()] = None,
+        format: Annotated[
+            str | None, Form(description="skops, lightgbm, xgboost-json, ...")
+        ] = None,
+        sample: Annotated[str | None, Form(description="JSON rows for schema and parity")] = None,
+        options: Annotated[str | None, Form(description="JSON object of ModelOptions")] = None,
+        wait: Annotated[
+            bool,
+            Query(
+                description="answer when the load ends: 201 (READY, or RETIRED since), or its error"
+            ),
+        ] = False,
+    ) -> Response:
+        data = await file.read()
+        if not data:
+            raise BadRequest("field 'file': the uploaded file is empty")
+        if len(data) > settings.max_upload_bytes:  # the middleware refuses most before this
+            raise PayloadTooLarge(f"the upload exceeds {settings.max_upload_bytes} bytes")
+        upload = Upload(
+            name=_form_name("name", name, "model name"),
+            data=data,
+            filename=file.filename or "",
+            version=_form_name("version", version or None, "version"),
+            format=_parse_format(format or None),
+            sample=_parse_sample(sample),
+            options=_parse_options(options),
+        )
+        fmt = upload.format
+        if fmt == "pickle" or (fmt is None and data[:1] == b"\x80"):
+            upload.pickle_allowed = _pickle_allowed(settings, parts.auth, request)
+        mv = await manager.register(upload)
+        location = f"/models/{mv.name}/versions/{mv.version}"
+        if wait:
+            await manager.wait(mv, settings.register_wait_s)
+            if mv.state is State.FAILED:
+                raise failure_error(mv)
+            # Created, whether still READY or already RETIRED (deleted or overtaken by a newer
+            # version before this coroutine ran again): 202 would send the client to poll a
+            # version that has finished loading.
+            if mv.state is not State.LOADING:
+                return json_response(mv.describe(), 201, {"Location": location})
+        return json_response(mv.describe(), 202, {"Location": location})
+
+    @app.get(
+        "/models",
+        tags=["models"],
+        summary="List models",
+        responses={**openapi.ok(openapi.ModelList), **openapi.errors(*openapi.AUTH)},
+    )
+    async def list_models(request: Request) -> Response:
+        out = []
+        for name in manager.names():
+            current = manager.current(name)
+            out.append(
+                {
+                    "name": name,
+                    "current": current.version if current else None,
+                    "versions": [
+                        {"version": v.version, "state": v.state.value}
+                        for v in manager.versions(name)
+                    ],
+                }
+            )
+        return json_response({"models": out})
+
+    @app.get(
+        "/models/{name}",
+        tags=["models"],
+        summary="Describe a model",
+        responses={**openapi.ok(openapi.ModelDescription), **openapi.errors(*openapi.AUTH, 404)},
+    )
+    async def describe_model(request: Request, name: str) -> Response:
+        current = manager.current(name)
+        return json_response(
+            {
+                "name": name,
+                "current": current.version if current else None,
+                "versions": [v.describe() for v in manager.versions(name)],
+            }
+        )
+
+    @app.get(
+        "/models/{name}/versions/{version}",
+        tags=["models"],
+        summary="Describe a version",
+        responses={**openapi.ok(openapi.VersionDescription), **openapi.errors(*openapi.AUTH, 404)},
+    )
+    async def describe_version(request: Request, name: str, version: str) -> Response:
+        return json_response(manager.lookup(name, version).describe())
+
+    @app.delete(
+        "/models/{name}",
+        tags=["models"],
+        status_code=204,
+        summary="Delete a model and all its versions",
+        responses=openapi.errors(*openapi.AUTH, 404),
+    )
+    async def delete_model(request: Request, name: str) -> Response:
+        await manager.delete(name)
+        return Response(status_code=204)
+
+    @app.delete(
+        "/models/{name}/versions/{version}",
+        tags=["models"],
+        status_code=204,
+        summary="Delete one version",
+        responses=openapi.errors(*openapi.AUTH, 404),
+    )
+    async def delete_version(request: Request, name: str, version: str) -> Response:
+        await manager.delete(name, version)
+        return Response(status_code=204)
+
+
+def _form_name(field: str, value: str | None, what: str) -> str | None:
+    """A model name or version from the form, checked here to name the field it came in."""
+    if value is None:
+        return None
+    try:
+        return store.validate_name(value, what)
+    except store.InvalidName as exc:
+        raise BadRequest(f"field {field!r}: {exc}") from None
+
+
+def _parse_format(value: str | None) -> str | None:
+    if value is not None and value not in artifacts.FORMATS:
+        raise ModelRejected(
+            f"field 'format': unknown model format {value!r}; accepted: "
+            f"{', '.join(artifacts.FORMATS)} (or leave it out: the file's content tells)"
+        )
+    return value
+
+
+def _parse_sample(text: str | None) -> Any:
+    if text is None or not text.strip():
+        return None
+    # NaN and Infinity too: a sample of real rows has missing values, and the parity check
+    # compares the source and the compiled model on them as they are.
+    doc = codecs.parse_json_field(text, "sample", allow_nan=True)
+    if isinstance(doc, dict) and "rows" in doc:
+        doc = doc["rows"]
+    if isinstance(doc, dict) and "columns" in doc:
+        doc = doc["columns"]
+    if not isinstance(doc, (list, dict)) or not doc:
+        raise BadRequest(
+            "field 'sample' must be JSON rows (a non-empty list) or {column: [values]}"
+        )
+    return doc
+
+
+def _parse_options(text: str | None) -> ModelOptions:
+    if text is None or not text.strip():
+        return ModelOptions()
+    doc = codecs.parse_json_field(text, "options")
+    if not isinstance(doc, dict):
+        raise BadRequest(f"field 'options' must be a JSON object, got {type(doc).__name__}")
+    try:
+        return ModelOptions.model_validate(doc)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(options)'}: {e['msg']}" for e in exc.errors()
+        )
+        raise InvalidInput(f"field 'options': {problems}") from None
+
+
+def _pickle_allowed(settings: Settings, auth: Auth, request: Request) -> bool:
+    if not settings.allow_pickle:
+        raise Forbidden(
+            "pickle/joblib uploads are disabled (they can run code); upload .skops, LightGBM "
+            "text or XGBoost JSON, or ask the operator to set KESTREL_ALLOW_PICKLE=true"
+        )
+    if not auth.is_admin(request.scope["headers"]):
+        raise Forbidden("pickle/joblib uploads need the admin token (KESTREL_ADMIN_TOKEN)")
+    return True
