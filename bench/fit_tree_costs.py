@@ -7,7 +7,7 @@ non-negative coefficients, fitted for relative error. Prints the coefficients, e
 measurement against the fit, and how much slower than the fastest strategy the fitted choice
 is at every batch size (the regret ``auto`` would have).
 
-Usage: python bench/fit_tree_costs.py grid.json [more.json ...]
+Usage: python bench/fit_tree_costs.py docs/tree-costs.json [more.json ...]
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 from scipy.optimize import nnls
 
-from compiler.trees.cost import HYBRID_TOP_LEVELS, HYBRID_TOP_SPLITS, PERFECT_AUTO_LEAVES, WORD_BITS
+from compiler.trees.cost import HYBRID_TOP_SPLITS
+from lazy.node_tables import TOP_LEVELS, WORD_BITS
 
 #: Per strategy: the features its cost is linear in, and when it is a candidate.
 Features = Callable[[dict[str, Any]], list[float]]
@@ -30,11 +31,6 @@ MODELS: dict[str, tuple[tuple[str, ...], Features, Callable[[dict[str, Any]], bo
         ("1", "T·D"),
         lambda r: [1.0, r["n_trees"] * r["depth"]],
         lambda r: True,
-    ),
-    "perfect": (
-        ("1", "T·D"),
-        lambda r: [1.0, r["n_trees"] * r["depth"]],
-        lambda r: r["n_trees"] << r["depth"] <= PERFECT_AUTO_LEAVES,
     ),
     "bitvector": (
         ("1", "T·I"),
@@ -47,14 +43,9 @@ MODELS: dict[str, tuple[tuple[str, ...], Features, Callable[[dict[str, Any]], bo
         lambda r: [
             1.0,
             r["n_trees"] * min(r["leaves"] - 1, HYBRID_TOP_SPLITS),
-            r["n_trees"] * (r["depth"] - HYBRID_TOP_LEVELS),
+            r["n_trees"] * (r["depth"] - TOP_LEVELS),
         ],
-        lambda r: r["depth"] > HYBRID_TOP_LEVELS,
-    ),
-    "gemm": (
-        ("1", "T·I·L"),
-        lambda r: [1.0, r["n_trees"] * (r["leaves"] - 1) * r["leaves"]],
-        lambda r: True,
+        lambda r: r["depth"] > TOP_LEVELS,
     ),
     # ΣD: the sum of the trees' own depths (measurements before it was recorded lack it).
     "treewise": (
@@ -88,7 +79,10 @@ def predict(coefficients: dict[str, np.ndarray], record: dict[str, Any]) -> dict
 
 
 def main(paths: list[str]) -> int:
-    records = [r for p in paths for r in json.loads(Path(p).read_text())]
+    records: list[dict[str, Any]] = []
+    for path in paths:  # a bench/tree_strategies.py --json list, or docs/tree-costs.json
+        doc = json.loads(Path(path).read_text())
+        records += doc["records"] if isinstance(doc, dict) else doc
     coefficients = fit(records)
     for name, c in coefficients.items():
         terms = " + ".join(f"{v:.3g}·{t}" for v, t in zip(c, MODELS[name][0], strict=True))

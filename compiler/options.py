@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 import lazy as lz
 
-TreeStrategy = Literal["auto", "gemm", "traversal", "perfect", "bitvector", "hybrid", "treewise"]
+TreeStrategy = Literal["auto", "traversal", "bitvector", "hybrid", "treewise"]
 METHODS = ("predict", "predict_proba", "decision_function", "transform", "score_samples")
 
 

@@ -42,16 +42,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import native as _native
-from .node_tables import check_tables
+from .node_tables import ALL_ONES, TOP_LEVELS, WORD_BITS, check_tables
 
-WORD_BITS = 32
-#: Trees of up to this many mask words are evaluated whole by bit-vectors.
+#: Trees of up to this many mask words are evaluated whole by bit-vectors; larger ones are cut
+#: after TOP_LEVELS levels.
 MAX_WORDS = 2
-#: Larger trees: levels evaluated by bit-vectors before the walk (32 nodes at the cut: a word).
-TOP_LEVELS = 5
 #: Walk steps between two compactions of the rows still walking (3-4 measured best).
 STEPS = 3
-ALL_ONES = 0xFFFFFFFF
 #: Entries of a (tree, word) group are evaluated four at a time: one pass over the block's mask
 #: words per four splits (unrolled in the kernel; groups are padded with entries that keep all).
 UNROLL = 4
@@ -393,7 +390,7 @@ def _kernel() -> Callable[..., None]:
         n = x.shape[0]
         n_columns, width = sources.shape[0], value.shape[0]
         trees = (starts.shape[0] - 1) // words
-        one, all_ones = np.uint32(1), np.uint32(0xFFFFFFFF)
+        one, all_ones = np.uint32(1), np.uint32(ALL_ONES)
         stride = np.uint32(block)
         xt = np.empty((max(n_columns, 1), block), x.dtype)
         flat = xt.reshape(-1)  # the walk reads xt[column, row] at column * block + row

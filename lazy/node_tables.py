@@ -1,9 +1,19 @@
-"""FOREST_SUM's node tables checked before a walk follows them: the service treats a model's tables
-as untrusted input, so every index a walk may follow is proved in bounds first."""
+"""Tree node tables: the bounds check every walk makes first, and the mask-word layout shared by
+both bit-vector evaluations (the host kernel, :mod:`lazy.forest_bits`, and the compiler's
+``bitvector`` and ``hybrid`` strategies).
+
+The service treats a model's tables as untrusted input, so every index a walk may follow is
+proved in bounds first."""
 
 from __future__ import annotations
 
 import numpy as np
+
+#: Leaves per mask word (QuickScorer's bit-vectors: leaf ``32 w + b`` at bit ``b`` of word ``w``).
+WORD_BITS = 32
+ALL_ONES = (1 << WORD_BITS) - 1
+#: Levels evaluated by bit-vectors above a walk: a cut there has at most one word of nodes.
+TOP_LEVELS = WORD_BITS.bit_length() - 1
 
 
 def check_tables(x: np.ndarray, feature: np.ndarray, left: np.ndarray, trees: int) -> None:

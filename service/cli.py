@@ -222,8 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument(
         "--tree-strategy",
         default="auto",
-        choices=("auto", "gemm", "traversal", "perfect", "bitvector", "hybrid"),
-        help="how tree ensembles become tensors (default: chosen per model)",
+        help="how tree ensembles become tensors (default: auto, chosen per model; an unknown "
+        "name is refused with the list of known ones)",
     )
     comp.add_argument(
         "--dtype",

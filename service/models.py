@@ -388,7 +388,7 @@ class ModelManager(Versions):
                 record.version,
                 record.format,
                 record.filename,
-                ModelOptions.model_validate(record.options),
+                ModelOptions.stored(record.options),
                 created=record.created,
                 record=record,
                 state=State.RETIRED,

@@ -70,6 +70,18 @@ class ModelOptions(BaseModel):
     dtype: Literal["float32", "float64"] = "float32"
     methods: list[str] | None = None
 
+    @classmethod
+    def stored(cls, options: dict[str, Any]) -> ModelOptions:
+        """The options of a stored version. A tree strategy since removed becomes ``auto``, so
+        the version still loads (and passes the parity gate again, as every load does)."""
+        if options.get("tree_strategy") in REMOVED_TREE_STRATEGIES:
+            options = {**options, "tree_strategy": "auto"}
+        return cls.model_validate(options)
+
+
+#: Strategies older versions may have stored; see compiler/trees/strategies.py.
+REMOVED_TREE_STRATEGIES = frozenset({"gemm", "perfect"})
+
 
 @dataclass
 class Upload:

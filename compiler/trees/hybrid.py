@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 import lazy as lz
+from lazy.node_tables import TOP_LEVELS
 
 from ..context import Context
 from .leaves import node_leaf_sum, stumps
@@ -26,8 +27,6 @@ from .linked import linked, step
 from .model import Ensemble
 from .quickscorer import bit_tables, bitvector, exit_leaf, split_tables
 from .splits import split_columns
-
-TOP_LEVELS = 5
 
 
 def hybrid(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:

@@ -30,14 +30,12 @@ from dataclasses import dataclass
 import numpy as np
 
 import lazy as lz
+from lazy.node_tables import ALL_ONES, WORD_BITS
 
 from ..context import Context
 from .leaves import constant, stack_outputs, stumps
 from .model import Ensemble, Tree
 from .splits import SplitColumns, split_columns
-
-WORD_BITS = 32
-ALL_ONES = 0xFFFFFFFF
 
 
 @dataclass(frozen=True)

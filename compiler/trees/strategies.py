@@ -6,14 +6,17 @@ one module each; this one chooses among them.
   id, compare, step to a child. Nodes are renumbered level by level across all trees so a node's
   children are adjacent (``right == left + 1``) and leaves loop to themselves, so a step is
   ``left[node] + go_right``.
-- ``perfect`` (:mod:`.perfect`): the same walk over trees padded to perfect trees of the
-  ensemble's depth, numbered level by level, so a node's children follow from its number (no
-  child table to gather). Memory grows as 2**depth.
-- ``gemm`` (:mod:`.gemm`, Hummingbird's): evaluate every split at once, then find each tree's
-  reached leaf with a matrix product against the leaves' path signs; suits shallow trees.
 - ``bitvector`` (:mod:`.quickscorer`) and ``hybrid`` (:mod:`.hybrid`): QuickScorer bit-vectors
-  a tree per iteration, and bit-vectors for the top levels with traversal below. ``auto`` asks
-  :mod:`.cost`.
+  a tree per iteration, and bit-vectors for the top levels with traversal below.
+- ``treewise`` (:mod:`.treewise`): one tree at a time, each walked to its own depth.
+
+``auto`` asks :mod:`.cost`. Each of these is the fastest somewhere on
+``bench/tree_strategies.py --preset grid`` (docs/design-figures.md). Two more were measured and
+removed: Hummingbird's GEMM (every split at once, then a matrix product against the leaves' path
+signs) was never the fastest, and it does L times the bit-vectors' work per split where an
+exact sum forbids the reduced-precision matrix units that would pay for it on a GPU; perfect
+traversal (trees padded to the ensemble's depth, children by arithmetic) tied traversal and lost
+to the hybrid wherever its 2**depth tables fit.
 
 Level loops are ``lz.fori_loop``s: an unrolled loop makes XLA recompute index chains (slower)
 and compile depth copies of the step. Splits compare one column of the widened features
@@ -33,32 +36,20 @@ import lazy as lz
 
 from ..context import Context
 from ..errors import UnsupportedError
-from .cost import costs, levels
-from .gemm import gemm, gemm_shape
+from .cost import costs, levels, shape
 from .host import host_leaf_sum
 from .hybrid import hybrid
 from .model import Ensemble
-from .perfect import perfect
-from .quickscorer import bitvector
+from .quickscorer import WORD_BITS, bitvector
 from .traversal import traversal
 from .treewise import treewise
 
-STRATEGIES = ("auto", "gemm", "traversal", "perfect", "bitvector", "hybrid", "treewise")
-
-#: auto considers GEMM up to this many padded (tree, split, leaf) matrix entries.
-GEMM_AUTO_ENTRIES = 1 << 16
-#: explicit requests beyond these sizes are refused (the tables would not fit sensibly).
-GEMM_MAX_ENTRIES = 1 << 24
-PERFECT_MAX_LEAVES = 1 << 22
-#: bit-vectors: leaves per tree (one mask word; more words made XLA's compile time explode).
-BITVECTOR_MAX_LEAVES = 32
+STRATEGIES = ("auto", "traversal", "bitvector", "hybrid", "treewise")
 
 
 Strategy = Callable[[Ensemble, lz.LazyTensor, Context], lz.LazyTensor]
 IMPLEMENTED: dict[str, Strategy] = {
     "traversal": traversal,
-    "perfect": perfect,
-    "gemm": gemm,
     "bitvector": bitvector,
     "hybrid": hybrid,
     "treewise": treewise,
@@ -69,40 +60,20 @@ def choose(ensemble: Ensemble, requested: str) -> str:
     """The strategy to use for ``requested`` (``auto``: the cheapest by :mod:`.cost`'s model)."""
     if ensemble.has_categorical:  # categorical splits: only traversal evaluates them
         return "traversal"
-    n_trees, n_splits, n_leaves = gemm_shape(ensemble)
-    entries = n_trees * n_splits * n_leaves
     if requested == "auto":
         estimates = costs(ensemble)
-        if entries > GEMM_AUTO_ENTRIES or ensemble.in_order:
-            estimates.pop("gemm")
-        if n_leaves > BITVECTOR_MAX_LEAVES:
-            estimates.pop("bitvector", None)
         return min(estimates, key=estimates.__getitem__)
     if requested not in IMPLEMENTED:
         raise UnsupportedError(
             f"tree_strategy={requested!r} is not implemented; supported: {['auto', *IMPLEMENTED]}"
         )
-    if requested == "gemm" and ensemble.in_order:
+    n_leaves = shape(ensemble)[3]
+    if requested == "bitvector" and n_leaves > WORD_BITS:
+        # One mask word per tree: more words made XLA's compile time explode.
         raise UnsupportedError(
-            "tree_strategy='gemm' sums the leaves in a matrix product, this ensemble's source "
-            "sums them one tree after another in float32; use another strategy"
-        )
-    if requested == "gemm" and entries > GEMM_MAX_ENTRIES:
-        raise UnsupportedError(
-            f"tree_strategy='gemm' needs {entries} path-matrix entries (limit {GEMM_MAX_ENTRIES}); "
-            "use 'traversal'"
-        )
-    if requested == "bitvector" and n_leaves > BITVECTOR_MAX_LEAVES:
-        raise UnsupportedError(
-            f"tree_strategy='bitvector' evaluates trees of up to {BITVECTOR_MAX_LEAVES} leaves "
+            f"tree_strategy='bitvector' evaluates trees of up to {WORD_BITS} leaves "
             f"(one mask word), this ensemble has trees of {n_leaves}; use 'hybrid' (bit-vectors "
             "for the top 5 levels) or 'traversal'"
-        )
-    if requested == "perfect" and len(ensemble.trees) << ensemble.max_depth > PERFECT_MAX_LEAVES:
-        raise UnsupportedError(
-            f"tree_strategy='perfect' pads to depth {ensemble.max_depth} "
-            f"({len(ensemble.trees)} × 2**{ensemble.max_depth} leaves, limit "
-            f"{PERFECT_MAX_LEAVES}); use 'traversal'"
         )
     return requested
 

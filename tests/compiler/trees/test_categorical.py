@@ -65,7 +65,7 @@ def test_categorical_traversal_matches_reference(backend: str, depth: int) -> No
     np.testing.assert_allclose(got, reference(ens, x), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("strategy", ["auto", "gemm", "perfect", "traversal"])
+@pytest.mark.parametrize("strategy", ["auto", "bitvector", "hybrid", "treewise", "traversal"])
 def test_categorical_ensembles_always_use_traversal(strategy: str) -> None:
     ens = with_categories(ensemble(3, 3)[0], 3)
     assert choose(ens, strategy) == "traversal"

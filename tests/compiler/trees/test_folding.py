@@ -165,7 +165,7 @@ def test_splits_behind_imputer_and_scaler_decide_as_the_source(scaler: str, mode
     )
 
 
-@pytest.mark.parametrize("strategy", ["traversal", "gemm", "perfect", "hybrid", "treewise"])
+@pytest.mark.parametrize("strategy", ["traversal", "bitvector", "hybrid", "treewise"])
 def test_every_tree_strategy_reads_the_folded_splits(strategy: str) -> None:
     df = _frame(3000, 2)
     model = HistGradientBoostingClassifier(max_iter=10, max_depth=4, random_state=0)

@@ -20,9 +20,8 @@ from sklearn.datasets import load_diabetes, load_wine
 import compiler
 from compiler.trees import STRATEGIES
 
-#: Strategies that can evaluate 500 trees of up to 64 leaves (bitvector takes 32 at most; gemm
-#: sums by a matrix product and refuses in-order ensembles).
-SUMMING = [s for s in STRATEGIES if s not in ("auto", "bitvector", "gemm")]
+#: Strategies that can evaluate 500 trees of up to 64 leaves (bitvector takes 32 at most).
+SUMMING = [s for s in STRATEGIES if s not in ("auto", "bitvector")]
 
 
 @cache
@@ -75,9 +74,3 @@ def test_multiclass_margins_sum_each_class_in_order() -> None:
     model = compiler.compile(est, sample=x)
     np.testing.assert_allclose(model.predict_proba(x), est.predict_proba(x), rtol=0, atol=3e-7)
     assert np.array_equal(model.predict(x), est.predict(x))
-
-
-def test_gemm_refuses_an_in_order_ensemble() -> None:
-    est, x = _regressor("reg:squarederror")
-    with pytest.raises(compiler.UnsupportedError, match="one tree after another"):
-        compiler.compile(est, sample=x, options=compiler.CompileOptions(tree_strategy="gemm"))

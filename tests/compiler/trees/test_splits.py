@@ -146,12 +146,12 @@ def graph_size(ens: Ensemble, strategy: str) -> int:
     return len(graph.order)
 
 
-@pytest.mark.parametrize("strategy", ["traversal", "perfect", "bitvector", "hybrid"])
+@pytest.mark.parametrize("strategy", ["traversal", "bitvector", "hybrid"])
 def test_levels_and_trees_are_loops_not_unrolled(strategy: str) -> None:
     # The outer graph does not grow with the depth (levels) or the tree count (trees): both are
     # LOOP iterations. (Bodies grow with splits per tree, which is the point of bit-vectors.)
     depth = 5 if strategy == "bitvector" else 7  # bit-vectors: up to 32 leaves
     shallow, deep = ensemble(1, depth, n_trees=3)[0], ensemble(1, depth, n_trees=12)[0]
     assert graph_size(shallow, strategy) == graph_size(deep, strategy)
-    if strategy in ("traversal", "perfect"):
+    if strategy == "traversal":
         assert graph_size(ensemble(2, 3)[0], strategy) == graph_size(ensemble(2, 9)[0], strategy)

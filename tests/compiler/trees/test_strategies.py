@@ -16,8 +16,7 @@ from compiler.context import Context
 from compiler.errors import UnsupportedError
 from compiler.schema import Column, InputSchema
 from compiler.trees import Ensemble, Tree, choose, float32_floor, leaf_sum
-from compiler.trees.cost import HYBRID_TOP_LEVELS, costs
-from compiler.trees.hybrid import TOP_LEVELS
+from compiler.trees.cost import costs
 from compiler.trees.quickscorer import bit_tables
 from compiler.trees.strategies import IMPLEMENTED
 from compiler.trees.treewise import treewise_tables
@@ -168,12 +167,10 @@ def test_the_hybrid_cut_on_deep_trees(backend: str) -> None:
 
 
 def test_the_cost_model_knows_the_hybrid_top() -> None:
-    assert HYBRID_TOP_LEVELS == TOP_LEVELS
-    # ≤ 32 leaves: bit-vectors; a depth-5 cut: the hybrid (from depth 6); perfect: small tables
+    # ≤ 32 leaves: bit-vectors; a depth-5 cut: the hybrid (from depth 6)
     small, deep = ensemble(0, 4, 100)[0], ensemble(0, 9, 100)[0]
     assert "bitvector" in costs(small) and "hybrid" not in costs(small)
     assert "hybrid" in costs(deep) and "bitvector" not in costs(deep)
-    assert "perfect" not in costs(ensemble(0, 14, 10)[0])
 
 
 def test_bit_masks_rule_out_the_left_subtree() -> None:
@@ -224,8 +221,8 @@ def test_float32_floor() -> None:
 
 def test_auto_and_unsupported_strategies() -> None:
     # The cost model's regimes (compiler/trees/cost.py): bit-vectors for trees of up to 32
-    # leaves, the hybrid for many deeper trees, perfect traversal for a few while its tables
-    # stay small, tree by tree for a few deep ones and for many very deep ones.
+    # leaves, the hybrid for many deeper trees, tree by tree for a few deep ones and for many
+    # very deep ones.
     picks = {
         (n_trees, depth): choose(ensemble(0, depth, n_trees)[0], "auto")
         for n_trees, depth in [(10, 2), (100, 3), (100, 8), (10, 8), (10, 14)]
@@ -235,7 +232,7 @@ def test_auto_and_unsupported_strategies() -> None:
         (10, 2): "bitvector",
         (100, 3): "bitvector",
         (100, 8): "hybrid",
-        (10, 8): "perfect",
+        (10, 8): "treewise",
         (10, 14): "treewise",
         (100, 40): "treewise",
     }
