@@ -35,7 +35,7 @@ from .graph import Graph
 from .interpreter import evaluate, run_program
 from .loop import LoopBody, fori_loop
 from .node import Node
-from .ops import SPECS, Op
+from .ops import HOST_ONLY, SPECS, Op
 from .plan import DEVICE, HOST, ExecutionPlan, GraphPlan, Placement, PlanError
 from .program import Builder, GraphStage, HostStage, Program
 from .shapes import B
@@ -88,6 +88,7 @@ from .warm import warm_kernels
 __all__ = [
     "DEVICE",
     "HOST",
+    "HOST_ONLY",
     "HOST_ROWS",
     "IR_VERSION",
     "SPECS",

@@ -25,7 +25,7 @@ from .backends import Backend, Executable, get_backend
 from .buckets import Buckets, pad_rows
 from .cache import CacheKey, ExecutableCache
 from .dtypes import DTypePolicy
-from .errors import InputError
+from .errors import BackendError, InputError
 from .graph import Graph
 from .node import Node
 from .ops import Op
@@ -258,6 +258,15 @@ class CompiledGraph:
         #: formulation of every VARIANT (the same graph where there is none).
         self.graph = graph = specialize(both, self.backend.target)
         self.host_graph = specialize(both, "host")
+        unlowered = sorted(
+            {n.op.name for n in graph.order} - {op.name for op in self.backend.rules}
+        )
+        if unlowered:
+            raise BackendError(
+                f"the {self.backend.name} backend has no lowering for {', '.join(unlowered)}: "
+                "these run on the host only (backend='numpy', or as the host formulation of "
+                "lz.variant)"
+            )
         self.cache = cache if cache is not None else default_cache()
         policy = options.dtype_policy
         self._policy = policy

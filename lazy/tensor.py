@@ -418,7 +418,8 @@ def forest_sum(
     are (N,) (``threshold`` in ``x``'s dtype, ``nan_right`` bool) and ``value`` (N, K); every
     ``feature`` must index ``x``'s columns and every non-leaf's ``left[n] + 1`` a node. One op
     where tensor formulations need several per level: the host runs it as a native loop
-    (:mod:`lazy.forest`)."""
+    (:mod:`lazy.forest`). Host only (:data:`lazy.HOST_ONLY`): a device graph holds it as the host
+    formulation of :func:`variant`."""
     operands = [x, feature, threshold, nan_right, left, value]
     return _make(Op.FOREST_SUM, operands, trees=int(trees), depth=int(depth))
 

@@ -84,26 +84,6 @@ def gather_row_block(graph: Graph, policy: DTypePolicy, row_block: int) -> int:
     return min(row_block, max(256, GATHER_BLOCK_BYTES // widest))
 
 
-def _forest_sum(n: Node, a: list[Any], low: Lowering) -> Any:
-    # Every row's walks step together, one level per loop trip (lazy.forest_sum's meaning); the
-    # compiler's device strategies are the fast tree formulations, this is the op's plain form.
-    x, feature, threshold, nan_right, left, value = a
-    node = jnp.broadcast_to(
-        jnp.arange(n.attr("trees"), dtype=left.dtype), (x.shape[0], n.attr("trees"))
-    )
-
-    def step(_: Any, node: Any) -> Any:
-        following = _take(left, node, 0)
-        v = _take_along(x, _take(feature, node, 0), 1)
-        right = (v > _take(threshold, node, 0)) | (jnp.isnan(v) & _take(nan_right, node, 0))
-        return jnp.where(following == node, node, following + right.astype(node.dtype))
-
-    node = lax.fori_loop(0, n.attr("depth"), step, node)
-    reached = _take(value, node, 0)  # (B, T, K), summed tree after tree as the op states
-    total = jnp.zeros((x.shape[0], value.shape[1]), value.dtype)
-    return lax.fori_loop(0, n.attr("trees"), lambda t, acc: acc + reached[:, t], total)
-
-
 def _couple(n: Node, a: list[Any], low: Lowering) -> Any:
     # lazy.coupling's vectorized sweeps in a while_loop that ends once every row has stopped.
     (r,) = a
@@ -303,7 +283,6 @@ RULES: dict[Op, Rule] = {
     Op.MATMUL: lambda n, a, low: jnp.matmul(a[0], a[1], precision=_PRECISION),
     Op.TAKE: lambda n, a, low: _take(a[0], a[1], n.attr("axis")),
     Op.TAKE_ALONG: lambda n, a, low: _take_along(a[0], a[1], n.attr("axis")),
-    Op.FOREST_SUM: _forest_sum,
     Op.COUPLE: _couple,
     Op.UPDATE: lambda n, a, low: lax.dynamic_update_index_in_dim(
         a[0], a[2], a[1], n.attr("axis") % a[0].ndim

@@ -146,24 +146,6 @@ def _take(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
     return flat.reshape(low.shape(n))
 
 
-def _forest_sum(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
-    # All rows' walks step together, one level at a time (lazy.forest_sum's meaning).
-    x, feature, threshold, nan_right, left, value = a
-    feature, left = feature.to(torch.int64), left.to(torch.int64)
-    trees = n.attr("trees")
-    node = torch.arange(trees, device=x.device).expand(x.shape[0], trees)
-    for _ in range(n.attr("depth")):
-        following = left[node]
-        v = torch.gather(x, 1, feature[node])
-        right = (v > threshold[node]) | (torch.isnan(v) & nan_right[node])
-        node = torch.where(following == node, node, following + right.to(torch.int64))
-    reached = value[node]  # (B, T, K), summed tree after tree as the op states
-    total = torch.zeros_like(reached[:, 0])
-    for t in range(trees):
-        total = total + reached[:, t]
-    return total
-
-
 def _couple(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
     # lazy.coupling's vectorized sweeps, ending once every row has stopped.
     (r,) = a
@@ -282,7 +264,6 @@ RULES: dict[Op, Rule] = {
         lambda n, a, low: torch.take_along_dim(a[0], a[1].to(torch.int64), dim=n.attr("axis"))
     ),
     Op.UPDATE: _signed_bits(_update),
-    Op.FOREST_SUM: _forest_sum,
     Op.COUPLE: _couple,
     Op.SUM: _signed_bits(_sum),
     Op.MAX: _signed_order(_reduce(torch.amax), values=True),

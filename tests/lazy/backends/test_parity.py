@@ -855,9 +855,18 @@ def _parity_params() -> list[Any]:
         if not cases:
             params.append(pytest.param(op, None, None, id=f"{op.name}-missing-case"))
         for c in cases:
-            for backend in BACKENDS:
+            for backend in ("numpy",) if op in lz.HOST_ONLY else BACKENDS:
                 params.append(pytest.param(op, c, backend, id=f"{op.name}-{c.name}-{backend}"))
     return params
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "numpy"])
+@pytest.mark.parametrize("op", sorted(lz.HOST_ONLY, key=lambda op: op.name))
+def test_device_backends_refuse_host_only_ops_by_name(op: Op, backend: str) -> None:
+    t = Trace(_seed(op, CASES[op][0]))
+    graph = t.builder.graph(dict(CASES[op][0].build(t)))
+    with pytest.raises(lz.BackendError, match=f"{backend} backend has no lowering for {op.name}"):
+        lz.compile(graph, lz.Options(backend=backend, max_batch=MAX_BATCH), warmup=False)
 
 
 def test_every_op_has_a_parity_case() -> None:
