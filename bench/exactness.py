@@ -11,6 +11,10 @@ beside it. Each worker also reports how many labels differ from scikit-learn's o
 The baseline is a git revision, checked out into a temporary worktree (``--baseline``, default
 ``HEAD``: the last commit, against the working tree). Prints a table; never asserts.
 
+``--pipelines`` also takes ``bench/scoring.py``'s pipelines by letter (``a``–``j``, fitted as a
+full run of that bench fits them): this checkout against an older one on the benchmark's own
+models, scored on its held-out rows.
+
 ``--lowering``: ``auto`` times what warm-up places (host kernels or XLA per bucket, by timing, so
 two runs of one checkout may differ); ``xla`` and ``host`` pin every bucket to one, so that the
 two checkouts are compared like for like.
@@ -64,7 +68,14 @@ def _frame(n: int, seed: int) -> Any:
 
 
 def _fit(name: str) -> tuple[Any, Any]:
-    """(fitted pipeline, its training frame)."""
+    """(fitted pipeline, rows to score: its training frame, or a scoring pipeline's pool)."""
+    from scoring_pipelines import PIPELINES as SCORING
+    from scoring_pipelines import Scale, fit, make_data
+
+    if name in SCORING:
+        pipeline = SCORING[name]
+        data = make_data(pipeline.frame, Scale.full().train_rows, 20_000)
+        return fit(pipeline, Scale.full(), data), data.pool
     import lightgbm as lgb
     import numpy as np
     from sklearn.compose import ColumnTransformer
@@ -116,12 +127,24 @@ def _probe_rows(frame: Any, n: int) -> Any:
     import numpy as np
     import pandas as pd
 
-    rows = frame.sample(n, replace=True, random_state=1).reset_index(drop=True)
+    rows = _sample(frame, n, seed=1)
+    if not hasattr(rows, "columns"):  # a float matrix
+        return np.concatenate([rows, np.nextafter(rows, np.inf), np.nextafter(rows, -np.inf)])
     numeric = [c for c in rows.columns if rows[c].dtype.kind == "f"]
     up, down = rows.copy(), rows.copy()
     up[numeric] = np.nextafter(rows[numeric].to_numpy(), np.inf)
     down[numeric] = np.nextafter(rows[numeric].to_numpy(), -np.inf)
     return pd.concat([rows, up, down], ignore_index=True)
+
+
+def _sample(rows: Any, n: int, seed: int) -> Any:
+    """``n`` rows drawn with replacement from a DataFrame or a matrix."""
+    import numpy as np
+
+    index = np.random.default_rng(seed).integers(0, len(rows), n)
+    if hasattr(rows, "iloc"):
+        return rows.iloc[index].reset_index(drop=True)
+    return np.ascontiguousarray(rows[index])
 
 
 #: CompileOptions per ``--lowering``.
@@ -149,8 +172,7 @@ def serve(name: str, batches: list[int], lowering: str = "auto") -> None:
     dp = float(np.max(np.abs(compiled.predict_proba(probe) - model.predict_proba(probe))))
     feeds = {}
     for batch in batches:
-        rows = frame.sample(batch, replace=True, random_state=2).reset_index(drop=True)
-        feeds[batch] = rows if batch > 1 else rows.iloc[:1]
+        feeds[batch] = _sample(frame, batch, seed=2)
         compiled.predict_proba(feeds[batch])
     print(json.dumps({"labels": labels, "max_dp": dp, "compile_s": compile_s}), flush=True)
     for line in sys.stdin:

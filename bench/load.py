@@ -44,7 +44,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 ADMIN_TOKEN = "bench-admin-token"
 N_FEATURES = 50
-SERVERS = ("hello", "plain", "kestrel", "kestrel-v2")
+SERVERS = ("hello", "plain", "kestrel-before", "kestrel", "kestrel-v2")
 MODELS = ("lr", "rf", "hgb", "mlp")
 
 # The issue-6 target, checked on single-row requests at TARGET_CONCURRENCY.
@@ -173,7 +173,7 @@ def make_target(server: str, base_url: str, model: str, x: np.ndarray) -> Target
             native_body(x),
             lambda d: np.asarray(d["predict_proba"]),
         )
-    if server == "kestrel":
+    if server in ("kestrel", "kestrel-before"):
         return Target(
             server,
             model,
@@ -414,6 +414,8 @@ class Config:
     workdir: Path | None = None
     # Where `python -m service.cli serve` runs from: another checkout compares two versions.
     kestrel_src: Path = ROOT
+    # The checkout "kestrel-before" runs from: an older commit, measured in the same run.
+    before_src: Path | None = None
     log: Callable[[str], None] = field(default=lambda s: print(s, file=sys.stderr, flush=True))
 
 
@@ -442,19 +444,19 @@ def run(config: Config) -> list[Measurement]:
         # One process per server kind; both Kestrel APIs share one Kestrel process.
         groups: dict[str, list[str]] = {}
         for server in config.servers:
-            groups.setdefault("kestrel" if server.startswith("kestrel") else server, []).append(
-                server
-            )
+            kind = "kestrel" if server in ("kestrel", "kestrel-v2") else server
+            groups.setdefault(kind, []).append(server)
+        sources = {"kestrel": config.kestrel_src, "kestrel-before": config.before_src}
         for kind, servers in groups.items():
             port = free_port()
-            argv, env = server_command(kind, port, artifacts, workdir, base_env)
-            cwd = config.kestrel_src if kind == "kestrel" else ROOT
+            argv, env = server_command(kind, port, artifacts, workdir / kind, base_env)
+            cwd = sources.get(kind) or ROOT
             log_path = workdir / f"{kind}.log"
             config.log(f"starting {kind} server on port {port} ...")
             with server_process(
                 kind, pinned(config.server_cpu, argv), port, log_path, env, timeout=300, cwd=cwd
             ) as (url, pid):
-                if kind == "kestrel":
+                if kind.startswith("kestrel"):
                     config.log("registering models with Kestrel (compile, warm-up, parity) ...")
                     register_kestrel(url, artifacts, models, x, config.max_batch)
                 model_names = ("-",) if kind == "hello" else config.models
@@ -550,7 +552,7 @@ def verdicts(results: Sequence[Measurement]) -> list[Verdict]:
     cell = {(m.server, m.model, m.rows, m.concurrency): m for m in results}
     out = []
     for m in results:
-        if not (m.server.startswith("kestrel") and m.rows == 1):
+        if not (m.server in ("kestrel", "kestrel-v2") and m.rows == 1):
             continue
         if m.concurrency != TARGET_CONCURRENCY:
             continue
@@ -603,6 +605,9 @@ def table_rows(results: Sequence[Measurement]) -> tuple[list[str], list[list[str
     header += [f"{_LABELS[s]} req/s / p50 / p99 ms" for s in servers]
     for s in kestrels:
         header += [f"{_LABELS[s]} / hello", f"{_LABELS[s]} / plain"]
+    compare = "kestrel" in servers and "kestrel-before" in servers
+    if compare:
+        header.append("Kestrel / before: req/s, p99")
     header.append("target")
     keys = sorted(
         {(m.model, m.rows, m.concurrency) for m in results if m.server != "hello"},
@@ -625,6 +630,15 @@ def table_rows(results: Sequence[Measurement]) -> tuple[list[str], list[list[str
             v = verdict.get((s, model)) if n == 1 and c == TARGET_CONCURRENCY else None
             if v is not None:
                 marks.append("PASS" if v.passed else "FAIL: " + "; ".join(v.reasons))
+        if compare:
+            now, before = (
+                cell.get(("kestrel", model, n, c)),
+                cell.get(("kestrel-before", model, n, c)),
+            )
+            ok = now and before and before.rps and before.p99_ms
+            line.append(
+                f"{now.rps / before.rps:.2f}x, {now.p99_ms / before.p99_ms:.2f}x" if ok else "–"
+            )
         line.append(" | ".join(marks) if marks else "")
         rows.append(line)
     return header, rows
@@ -652,6 +666,7 @@ def cpu_table(results: Sequence[Measurement]) -> tuple[list[str], list[list[str]
 _LABELS = {
     "hello": "hello world",
     "plain": "plain",
+    "kestrel-before": "Kestrel before",
     "kestrel": "Kestrel",
     "kestrel-v2": "Kestrel v2",
 }
@@ -835,6 +850,12 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Config, argparse.Namespace]:
         default=ROOT,
         help="run Kestrel from this checkout (e.g. an export of an older commit, to compare)",
     )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        help="also run Kestrel from this checkout (an older commit) in the same run: before/after",
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON")
     parser.add_argument("--doc", type=Path, default=None, help="write the markdown section")
     args = parser.parse_args(argv)
@@ -852,7 +873,13 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Config, argparse.Namespace]:
         tiny=args.tiny,
         workdir=args.workdir,
         kestrel_src=args.kestrel_src.resolve(),
+        before_src=args.before.resolve() if args.before is not None else None,
     )
+    if config.before_src is not None and "kestrel-before" not in config.servers:
+        # Run first, as listed in SERVERS, so the two are measured back to back.
+        config.servers = ("kestrel-before", *config.servers)
+    if "kestrel-before" in config.servers and config.before_src is None:
+        parser.error("the kestrel-before server needs --before CHECKOUT")
     if args.tiny:
         config.models, config.rows, config.concurrency = ("lr",), (1,), (1, 4)
         config.duration_s, config.warmup_s, config.max_batch = 1.0, 0.0, 4
