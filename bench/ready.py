@@ -5,8 +5,9 @@ of an older commit, measured in the same run, alternating with this one), a real
 serve`` process on a fresh store and executable cache registers each pipeline of
 ``bench/load.py`` (``POST /models?wait=true`` with a 64-row sample: compile, warm-up, parity),
 timed by the client. The server is then restarted on the same store and cache and the time to
-``/readyz`` (every stored version loaded) is taken, with the part of it the version's own load
-took (the rest is the process starting) and the compiles the restart made.
+``/readyz`` (every stored version loaded) is taken, with the loads' share of it and the
+compiles the restart made. Both versions load on the one loader thread: the first pays the
+process's one-time work, the next one's load is what each further model adds to a restart.
 
 The first registration of a fresh process may wait for one-time work (imports, the native
 kernels: ``service/runtime.py``), so a second model of the same kind, fitted on another seed
@@ -50,7 +51,10 @@ class Ready:
     register_s: float  # upload to READY (the client's clock), the process's first
     running_s: float  # the same for a model fitted on another seed, on the running server
     restart_s: float  # process start to /readyz with the version loaded
-    reload_s: float  # of which the version's own load (the server's load_seconds)
+    reload_s: float  # of which the first of the two versions' loads (the server's load_seconds)
+    # The other version's load, after the first on the one loader thread: what one more model
+    # adds to a restart once the process's one-time work is done.
+    next_reload_s: float
     restart_compiles: float
     device_buckets: int  # buckets the version's plan runs on the device (-1: no plan)
     buckets: int
@@ -134,7 +138,7 @@ def measure(checkout: Path, model: str, artifacts: Path, sample: str, max_batch:
                 time.sleep(0.02)
             restart_s = time.perf_counter() - t0
             compiles = _metric(url, "kestrel_compiles_total")
-            reload_s = _version(url, model)["load_seconds"]
+            loads = sorted(_version(url, m)["load_seconds"] for m in (model, f"{model}-other"))
     plan = version.get("plan")
     device = -1 if plan is None else sum(p["runs_on"] == "device" for g in plan for p in g)
     return Ready(
@@ -143,7 +147,8 @@ def measure(checkout: Path, model: str, artifacts: Path, sample: str, max_batch:
         register_s,
         running_s,
         restart_s,
-        reload_s,
+        loads[0],
+        loads[1] - loads[0],  # both were queued at once, so the later one waited for the first
         compiles,
         device,
         len(version["buckets"]),
@@ -173,14 +178,15 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\nmax_batch {args.max_batch}; seconds (restart: to /readyz with the model loaded)\n")
     print(
         "| checkout | model | register → READY, first | on the running server | "
-        "restart → ready | restart compiles | device buckets / buckets |"
+        "restart → ready | of which: first load, next load | restart compiles | "
+        "device buckets / buckets |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for r in results:
         device = "no plan" if r.device_buckets < 0 else f"{r.device_buckets} / {r.buckets}"
         print(
             f"| {Path(r.checkout).name} | {r.model} | {r.register_s:.2f} | {r.running_s:.2f} | "
-            f"{r.restart_s:.2f} | "
+            f"{r.restart_s:.2f} | {r.reload_s:.2f}, {r.next_reload_s:.2f} | "
             f"{r.restart_compiles:.0f} | {device} |"
         )
     if args.out:

@@ -14,7 +14,7 @@ from .options import CompileOptions
 from .precision import Precision
 from .registry import Registration, register, supported
 from .report import CompileReport, StepReport
-from .schema import Column, InputSchema, Vocabulary
+from .schema import Column, InputSchema, Vocabulary, schema_for
 
 __all__ = [
     "Column",
@@ -35,6 +35,7 @@ __all__ = [
     "Vocabulary",
     "compile",
     "register",
+    "schema_for",
     "supported",
     "trace",
 ]

@@ -146,10 +146,11 @@ class Loader:
             warmup=False,  # below, bucket by bucket
             plan=plan,
         )
-        schema_sample = None
-        if sample is not None:
-            schema = compiler.trace(estimator, options=self.trace_options(opts)).schema
-            schema_sample = parity.source_input(schema, sample)
+        # The columns alone put the sample in the source's form: no trace needed before the
+        # compile's own.
+        schema_sample = (
+            None if sample is None else parity.source_input(compiler.schema_for(estimator), sample)
+        )
         model = compiler.compile(estimator, sample=schema_sample, options=options)
         refused = model.compiled.plan_refused
         if plan is not None and refused is not None:
