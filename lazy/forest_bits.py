@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import native as _native
-from .node_tables import ALL_ONES, TOP_LEVELS, WORD_BITS, check_tables
+from .node_tables import ALL_ONES, TOP_LEVELS, WORD_BITS, check_tables, leaf_order
 
 #: Trees of up to this many mask words are evaluated whole by bit-vectors; larger ones are cut
 #: after TOP_LEVELS levels.
@@ -91,33 +91,6 @@ class BatchTables:
     node_threshold: np.ndarray  # (N,) the features' dtype
     left: np.ndarray  # (N,) uint32
     value: np.ndarray  # (K, N) the values' dtype
-
-
-def _top(
-    root: int, left: np.ndarray, cut: int, limit: int
-) -> tuple[list[tuple[int, int]], list[tuple[int, int, int, int]]] | None:
-    """Leaves (node id and level, left to right) and splits (node id, level, first leaf of its
-    left subtree, first of its right) of the tree at ``root`` cut after ``cut`` levels; None
-    past ``limit`` leaves."""
-    leaves: list[tuple[int, int]] = []
-    splits: list[tuple[int, int, int, int]] = []
-    stack: list[tuple[int, int, int]] = [(root, 0, -1)]  # (node, level, split to close or -1)
-    while stack:
-        node, level, close = stack.pop()
-        if close >= 0:  # the split's right subtree starts here
-            n, at, lo, _ = splits[close]
-            splits[close] = (n, at, lo, len(leaves))
-            continue
-        if left[node] == node or level == cut:
-            leaves.append((node, level))
-            if len(leaves) > limit:
-                return None
-            continue
-        splits.append((node, level, len(leaves), -1))
-        following = int(left[node])
-        stack += [(following + 1, level + 1, -1), (-1, 0, len(splits) - 1)]
-        stack.append((following, level + 1, -1))
-    return leaves, splits
 
 
 def _renumber(
@@ -169,12 +142,15 @@ def build(
     if renumbered is None:
         return None
     source, new_left, new_id = renumbered
-    tops = [_top(t, left, depth, MAX_WORDS * WORD_BITS) for t in range(trees)]
+
+    def children(node: int) -> tuple[int, int] | None:
+        following = int(left[node])
+        return None if following == node else (following, following + 1)
+
+    tops = [leaf_order(t, children, depth, MAX_WORDS * WORD_BITS) for t in range(trees)]
     if any(top is None for top in tops):  # some tree is larger: cut every top at TOP_LEVELS
         cut = min(depth, TOP_LEVELS)
-        tops = [_top(t, left, cut, WORD_BITS) for t in range(trees)]
-    else:
-        cut = depth
+        tops = [leaf_order(t, children, cut, WORD_BITS) for t in range(trees)]
     walks = [top for top in tops if top is not None]  # all of them: a cut top has <= 32 leaves
     words = max(1, -(-max(len(leaves) for leaves, _ in walks) // WORD_BITS))
     slots = words * WORD_BITS
@@ -189,7 +165,7 @@ def build(
     slot_node = np.zeros(trees * slots, np.int64)
     deep = np.zeros(trees, np.uint8)
     for t, (leaves, splits) in enumerate(walks):
-        ids = [new_id[(t, node, level)] for node, level in leaves]
+        ids = [new_id[(t, node, len(turns))] for node, turns in leaves]
         slot_node[t * slots : t * slots + len(ids)] = ids
         slot_node[t * slots + len(ids) : (t + 1) * slots] = ids[0]  # never reached
         deep[t] = any(new_left[i] != i for i in ids)

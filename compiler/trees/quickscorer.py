@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import lazy as lz
-from lazy.node_tables import ALL_ONES, WORD_BITS
+from lazy.node_tables import ALL_ONES, WORD_BITS, Children, leaf_order
 
 from ..context import Context
 from .leaves import constant, stack_outputs, stumps
@@ -58,43 +58,26 @@ class BitTables:
         return n_trees, n_splits, len(self.paths) // n_trees
 
 
-def _walk(tree: Tree, cut: int | None) -> tuple[list[tuple[int, int, int]], list[tuple]]:
-    """Splits as (node, first leaf of the left subtree, first leaf of the right subtree) and
-    leaves as (node, turns) in left-to-right order; nodes at depth ``cut`` count as leaves."""
-    splits: list[tuple[int, int, int]] = []
-    leaves: list[tuple[int, tuple[bool, ...]]] = []
-    stack: list[tuple[int, tuple[bool, ...], int | None]] = [(0, (), None)]
-    # Iterative depth-first walk, left before right; a split's range closes when its right
-    # subtree is entered (the marker entry with a split index).
-    while stack:
-        node, turns, close = stack.pop()
-        if close is not None:
-            node_id, lo, _ = splits[close]
-            splits[close] = (node_id, lo, len(leaves))
-            continue
-        if tree.is_leaf[node] or (cut is not None and len(turns) == cut):
-            leaves.append((node, turns))
-            continue
-        splits.append((node, len(leaves), -1))
-        stack.append((int(tree.right[node]), (*turns, True), None))
-        stack.append((-1, (), len(splits) - 1))
-        stack.append((int(tree.left[node]), (*turns, False), None))
-    return splits, leaves
+def _children(tree: Tree) -> Children:
+    def children(node: int) -> tuple[int, int] | None:
+        return None if tree.is_leaf[node] else (int(tree.left[node]), int(tree.right[node]))
+
+    return children
 
 
 def bit_tables(ensemble: Ensemble, cut: int | None = None) -> BitTables:
-    walks = [_walk(tree, cut) for tree in ensemble.trees]
+    walks = [leaf_order(0, _children(tree), cut) for tree in ensemble.trees]
     n_trees = len(walks)
-    n_splits = max(1, max(len(s) for s, _ in walks))
-    n_leaves = max(len(leaves) for _, leaves in walks)
+    n_splits = max(1, max(len(s) for _, s in walks))
+    n_leaves = max(len(leaves) for leaves, _ in walks)
     words = -(-n_leaves // WORD_BITS)
     feature = np.zeros((n_trees, n_splits), np.int64)
     threshold = np.full((n_trees, n_splits), np.inf)
     nan_right = np.zeros((n_trees, n_splits), bool)
     keep = np.ones((n_trees, n_splits, words * WORD_BITS), bool)
     paths: list[tuple[int, tuple[bool, ...]] | None] = []
-    for ti, ((splits, leaves), tree) in enumerate(zip(walks, ensemble.trees, strict=True)):
-        for si, (node, lo, mid) in enumerate(splits):
+    for ti, ((leaves, splits), tree) in enumerate(zip(walks, ensemble.trees, strict=True)):
+        for si, (node, _, lo, mid) in enumerate(splits):
             feature[ti, si] = tree.feature[node]
             threshold[ti, si] = tree.threshold[node]
             nan_right[ti, si] = not tree.missing_left[node]
