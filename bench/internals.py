@@ -10,15 +10,16 @@ them with ``wrk`` in turns, round by round (so drift on a shared machine hits ev
 alike): single-row requests at the cap, and at a multiple of it, where the excess is refused 429
 (the path shedding makes cheap). Medians over the rounds.
 
-``--before CHECKOUT`` adds a variant ``before``: an older commit's ``kestrel serve`` with every
-mechanism it has, loaded in the same rounds, so the same run says what the commits since cost
-or bought over HTTP. ``--variants`` measures only some of them (e.g. ``all,before``).
+``--before CHECKOUT`` (repeatable) adds a variant ``before:<directory name>`` per checkout: an
+older commit's own ``kestrel serve``, loaded in the same rounds, so one run says what the commits
+since cost or bought over HTTP, and several candidates of a bisection meet the same machine
+state. ``--variants`` measures only some of them (e.g. ``all,before:old``).
 
 Usage::
 
     python bench/internals.py [--models lr,rf] [--concurrency 64,512] [--max-in-flight 64]
-                              [--rounds 3] [--duration 8] [--before CHECKOUT]
-                              [--variants all,before] [--json out.json]
+                              [--rounds 3] [--duration 8] [--before CHECKOUT ...]
+                              [--variants all,before:NAME] [--json out.json]
 """
 
 from __future__ import annotations
@@ -102,13 +103,13 @@ def measure(args: argparse.Namespace) -> list[Cell]:
         servers: dict[str, tuple[str, int]] = {}
         for variant in args.variants:
             port = free_port()
-            home = workdir / variant
+            home = workdir / variant.replace(":", "-")
             home.mkdir()
             argv, env = server_command("kestrel", port, workdir / "models", home, dict(os.environ))
             env["KESTREL_MAX_IN_FLIGHT"] = str(args.max_in_flight)
             cwd = ROOT
-            if variant == "before":  # the older checkout's own server, as it ships
-                cwd = args.before
+            if variant in args.checkouts:  # an older checkout's own server, as it ships
+                cwd = args.checkouts[variant]
             else:
                 off = "none" if variant == "all" else variant.removeprefix("no-")
                 argv = [sys.executable, str(ROOT / "bench" / "kestrel_without.py"), off, *argv[3:]]
@@ -166,7 +167,7 @@ def report(cells: list[Cell]) -> str:
         "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     gains: dict[str, list[float]] = {}
-    order = (*VARIANTS, "before")
+    order = [*VARIANTS, *sorted({c.variant for c in cells} - set(VARIANTS))]
     for c in sorted(cells, key=lambda c: (c.model, c.concurrency, order.index(c.variant))):
         b = base[(c.model, c.concurrency)]
         rps_ratio = c.ok_rps / b.ok_rps if b.ok_rps else float("nan")
@@ -177,7 +178,7 @@ def report(cells: list[Cell]) -> str:
             f"| {c.p99_ms:.2f} | {p99_ratio:.2f} | {c.cpu_us_per_request:.0f} "
             f"| {cpu_ratio:.2f} | {c.non_2xx_share:.0%} |"
         )
-        if c.variant not in ("all", "before"):
+        if c.variant in VARIANTS[1:]:  # a mechanism switched off, not another checkout
             # What the mechanism buys: requests/s lost, p99 and CPU per request added when off.
             gains.setdefault(c.variant, []).extend(
                 [1 / rps_ratio - 1, p99_ratio - 1, cpu_ratio - 1]
@@ -202,11 +203,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-in-flight", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=8.0)
-    parser.add_argument("--before", type=Path, help="an older checkout, measured as 'before'")
+    parser.add_argument(
+        "--before", type=Path, action="append", default=[], help="an older checkout (repeatable)"
+    )
     parser.add_argument("--variants", type=lambda s: tuple(s.split(",")))
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    known = (*VARIANTS, "before") if args.before else VARIANTS
+    args.checkouts = {f"before:{path.resolve().name}": path.resolve() for path in args.before}
+    if len(args.checkouts) < len(args.before):
+        parser.error("--before: give each checkout a directory of its own name")
+    known = (*VARIANTS, *args.checkouts)
     args.variants = args.variants or known
     unknown = [v for v in args.variants if v not in known]
     if unknown or "all" not in args.variants:

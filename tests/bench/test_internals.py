@@ -91,3 +91,16 @@ def test_a_mechanism_keeps_its_place_only_for_ten_percent() -> None:
     )
     assert "- fastpath: at best +25% (requests/s, p99 or CPU) → keeps its place" in report
     assert "- shedding: at best +5% (requests/s, p99 or CPU) → does not earn its place" in report
+
+
+def test_older_checkouts_are_rows_of_the_table_not_verdicts() -> None:
+    bench = _script("internals")
+    cell = bench.Cell
+    report = bench.report(
+        [
+            cell("all", "lr", 64, 1000.0, 1000.0, 1.0, 10.0, 100.0, 0.0),
+            cell("before:old", "lr", 64, 1100.0, 1100.0, 1.0, 9.0, 90.0, 0.0),
+        ]
+    )
+    assert "| lr | 64 | before:old | 1100 | 1.10 | 9.00 | 0.90 | 90 | 0.90 | 0% |" in report
+    assert "earn" not in report and "keeps its place" not in report
