@@ -258,12 +258,11 @@ class CompiledGraph:
         #: formulation of every VARIANT (the same graph where there is none).
         self.graph = graph = specialize(both, self.backend.target)
         self.host_graph = specialize(both, "host")
-        unlowered = sorted(
-            {n.op.name for n in graph.order} - {op.name for op in self.backend.rules}
-        )
+        unlowered = {n.op for n in graph.order} - self.backend.rules.keys()
         if unlowered:
+            names = ", ".join(sorted(op.name for op in unlowered))
             raise BackendError(
-                f"the {self.backend.name} backend has no lowering for {', '.join(unlowered)}: "
+                f"the {self.backend.name} backend has no lowering for {names}: "
                 "these run on the host only (backend='numpy', or as the host formulation of "
                 "lz.variant)"
             )

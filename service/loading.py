@@ -53,7 +53,7 @@ class Loader:
         modules for them (``host_step_modules``): a server without them compiles everything."""
         return bool(self.settings.host_step_modules)
 
-    def trace_options(self, options: ModelOptions) -> compiler.CompileOptions:
+    def _trace_options(self, options: ModelOptions) -> compiler.CompileOptions:
         """Options to trace only (to check support or read the schema): nothing is compiled."""
         return compiler.CompileOptions(
             dtype=options.dtype,
@@ -78,7 +78,7 @@ class Loader:
             log.warning(
                 "unpickled an upload for model %s", upload.name, extra={"model": upload.name}
             )
-        compiler.trace(loaded.estimator, options=self.trace_options(upload.options))
+        compiler.trace(loaded.estimator, options=self._trace_options(upload.options))
         return loaded
 
     def build(self, mv: ModelVersion, estimator: Any, upload: Upload) -> VersionRecord:
