@@ -10,6 +10,7 @@ from __future__ import annotations
 from .backends import Backend, get_backend
 from .buckets import Buckets
 from .cache import CacheKey, ExecutableCache
+from .coupling import couple, couple_loop
 from .digest import IR_VERSION, graph_digest
 from .dtypes import DTypePolicy
 from .errors import (
@@ -48,7 +49,6 @@ from .tensor import (
     cast,
     concat,
     const,
-    couple,
     ctz,
     erf,
     exp,
@@ -134,6 +134,7 @@ __all__ = [
     "concat",
     "const",
     "couple",
+    "couple_loop",
     "ctz",
     "default_cache",
     "erf",

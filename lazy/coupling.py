@@ -8,17 +8,17 @@ each starting with the stopping test ``max_t |(Qp)_t - p'Qp| < 0.005 / k`` (Qp a
 recomputed from scratch), then updating ``p_t`` for t = 0, 1, ... as libsvm does. Rows are
 independent: a row that met the test keeps its ``p``.
 
-Three forms of one meaning:
+Two forms of one meaning, as for a forest's leaf sum:
 
-- :func:`q_matrix` and :func:`sweep` are the vectorized steps in plain array arithmetic, shared
-  by every array library (numpy, jax.numpy, torch): :func:`solve` loops them with an early exit
-  once every row has stopped (the interpreter, the torch backend, the numpy backend without
-  numba); the JAX backend runs the same sweep in a ``while_loop``.
-- :func:`native` is the numba kernel the numpy backend runs: row by row, libsvm's loops as
-  written (sums in its order), in one cheap call, where the vectorized sweeps cost tens of numpy
-  calls each.
+- :func:`couple_loop`, the sweeps as a LOOP of general ops whose ``stop_column`` ends it once
+  every row has stopped. It is what device backends run (through ``lz.variant``), the
+  interpreter's reference for the COUPLE op (:func:`loop_graph`), and the numpy backend's
+  lowering where numba is missing.
+- :func:`native`, the numba kernel the numpy backend runs for COUPLE, a host-only op: row by
+  row, libsvm's loops as written (sums in its order), in one call, where the LOOP costs tens of
+  numpy calls a sweep.
 
-Vectorized sums over classes may round differently from libsvm's sequential ones; in float32 a
+Sums over classes in the LOOP may round differently from libsvm's sequential ones; in float32 a
 row whose stopping test lands within rounding of the tolerance may then stop one sweep apart.
 """
 
@@ -26,13 +26,18 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, fields
-from typing import Any
 
 import numpy as np
 
 from . import native as _native
 from .errors import BackendError
+from .graph import Graph
+from .loop import fori_loop
+from .ops import Op
+from .program import Builder
+from .shapes import B
+from .tensor import LazyTensor, _make, broadcast_to, concat, const, reshape, take, where
+from .tensor import sum as lz_sum
 
 #: The floor of libsvm's stopping tolerance is ``0.005 / k``; its sweep limit ``max(100, k)``.
 TOLERANCE = 0.005
@@ -52,101 +57,81 @@ def tolerance(classes: int) -> float:
     return TOLERANCE / classes
 
 
-@dataclass(frozen=True)
-class Tables:
-    """Constant (k, k) index tables that lay the pairwise columns out as libsvm's matrices.
+def couple(r: LazyTensor, *, classes: int) -> LazyTensor:
+    """(B, ``classes``): libsvm's class probabilities from each row's pairwise ones, as one
+    host-only op (:data:`lazy.HOST_ONLY`). A graph for devices holds it as the host formulation
+    of ``lz.variant(couple_loop(r, classes=k), couple(r, classes=k))``."""
+    return _make(Op.COUPLE, [r], classes=int(classes))
 
-    ``column[j, t]`` is the column of ``r`` holding pair (min, max) of (j, t); ``direct[j, t]``
-    whether ``r_jt`` is that column (j < t) or one minus it; ``eye`` the identity (bool) and
-    ``unit`` its rows in the values' dtype (adding ``d * unit[t]`` adds ``d`` to column t)."""
 
-    column: np.ndarray
-    direct: np.ndarray
-    eye: np.ndarray
-    unit: np.ndarray
+def _pair_columns(classes: int) -> dict[tuple[int, int], int]:
+    pairs = [(i, j) for i in range(classes) for j in range(i + 1, classes)]
+    return {pair: p for p, pair in enumerate(pairs)}
 
-    def converted(self, convert: Callable[[np.ndarray], Any]) -> Tables:
-        """The same tables as another array library's arrays."""
-        return Tables(*(convert(getattr(self, f.name)) for f in fields(self)))
+
+def _q_matrix(r: LazyTensor, k: int) -> LazyTensor:
+    """libsvm's (B, k, k) ``Q``: ``Q_tt = Σ_{j≠t} r_jt²`` (j ascending), ``Q_tj = -r_jt r_tj``."""
+    index = _pair_columns(k)
+    n = len(index)
+    both = concat([r, 1.0 - r], axis=1)  # r_ij at column p, r_ji at column n + p
+
+    def column(j: int, t: int) -> int:  # where r_jt lives in ``both``
+        return index[(j, t)] if j < t else n + index[(t, j)]
+
+    terms = [column(j, t) for t in range(k) for j in range(k) if j != t]
+    picked = reshape(take(both, const(np.asarray(terms, np.int32)), axis=1), (B, k, k - 1))
+    diagonal = lz_sum(picked * picked, axis=2)  # (B, k)
+    off = -(r * (1.0 - r))  # Q_ij = Q_ji = -r_ji r_ij
+    cells = [n + t if t == j else index[(min(t, j), max(t, j))] for t in range(k) for j in range(k)]
+    q = take(concat([off, diagonal], axis=1), const(np.asarray(cells, np.int32)), axis=1)
+    return reshape(q, (B, k, k))
+
+
+def _sweep(k: int, eps: float) -> Callable[..., LazyTensor]:
+    """The LOOP body: one of libsvm's iterations, the stopping test and then the updates."""
+
+    def body(i: LazyTensor, carry: LazyTensor, q: LazyTensor) -> LazyTensor:
+        start = carry[:, :k]
+        qp = lz_sum(q * reshape(start, (B, 1, k)), axis=2)  # (B, k)
+        pqp = lz_sum(start * qp, axis=1, keepdims=True)  # (B, 1)
+        error = abs(qp[:, :1] - pqp)
+        for c in range(1, k):  # libsvm's running max (a NaN never raises it)
+            e = abs(qp[:, c : c + 1] - pqp)
+            error = where(e > error, e, error)
+        stop = error < eps
+        p = start
+        for t in range(k):
+            qp_t, q_row = qp[:, t : t + 1], q[:, t, :]
+            q_tt = q_row[:, t : t + 1]
+            diff = (-qp_t + pqp) / q_tt
+            p = p + diff * const(np.eye(k, dtype=p.dtype)[t])  # p[t] += diff
+            pqp = (pqp + diff * (diff * q_tt + 2.0 * qp_t)) / (1.0 + diff) / (1.0 + diff)
+            qp = (qp + diff * q_row) / (1.0 + diff)
+            p = p / (1.0 + diff)
+        return concat([where(stop, start, p), stop.astype(p.dtype)], axis=1)
+
+    return body
+
+
+def couple_loop(r: LazyTensor, *, classes: int) -> LazyTensor:
+    """:func:`couple` as a LOOP of general ops: its carry is ``p`` and a "stopped" column, so a
+    row that met the stopping test keeps its ``p`` (libsvm's early exit, row by row), and a
+    backend may end the loop once every row of a call has stopped (binary problems: after a
+    few sweeps)."""
+    k = int(classes)
+    couple(r, classes=k)  # the op's own checks, with its messages
+    start = np.append(np.full(k, 1.0 / k), 0.0).astype(r.dtype)  # p = 1/k, not stopped
+    carry = broadcast_to(const(start), (B, k + 1))
+    out = fori_loop(max_sweeps(k), _sweep(k, tolerance(k)), carry, _q_matrix(r, k), stop_column=k)
+    return out[:, :k]
 
 
 @functools.cache
-def _tables(classes: int, dtype: str) -> Tables:
-    column = np.zeros((classes, classes), np.int32)
-    p = 0
-    for i in range(classes):
-        for j in range(i + 1, classes):
-            column[i, j] = column[j, i] = p
-            p += 1
-    direct = np.triu(np.ones((classes, classes), bool), 1)
-    eye = np.eye(classes, dtype=bool)
-    return Tables(column, direct, eye, np.eye(classes, dtype=dtype))
-
-
-def tables(classes: int, dtype: Any) -> Tables:
-    """The index tables of ``classes`` classes, ``unit`` in ``dtype`` (cached; read-only)."""
-    return _tables(classes, np.dtype(dtype).name)
-
-
-Where = Callable[[Any, Any, Any], Any]
-
-
-def q_matrix(r: Any, t: Tables, where: Where) -> Any:
-    """(B, k, k) ``Q`` from (B, n_pairs) ``r``, in ``r``'s array library (``where`` its select,
-    the tables converted to it)."""
-    picked = r[:, t.column]  # (B, j, t): the column of pair {j, t}
-    rjt = where(t.direct, picked, 1.0 - picked)  # r_jt (the diagonal is unused)
-    squares = where(t.eye, 0.0, rjt * rjt)
-    diagonal = squares.sum(1)  # Q_tt = Σ_{j≠t} r_jt², by t
-    return where(t.eye, diagonal[:, None, :], -(rjt.swapaxes(1, 2) * rjt))
-
-
-def sweep(p: Any, stopped: Any, q: Any, t: Tables, eps: float, where: Where) -> tuple[Any, Any]:
-    """One of libsvm's iterations on every row: the stopping test, then the coordinate updates.
-
-    ``p`` (B, k); ``stopped`` (B, 1) bool. Returns the next ``(p, stopped)``: rows that had
-    stopped or stop now keep their ``p``."""
-    qp = (q * p[:, None, :]).sum(-1)  # (B, k)
-    pqp = (p * qp).sum(-1)[:, None]  # (B, 1)
-    error = abs(qp[:, :1] - pqp)
-    for c in range(1, p.shape[1]):  # libsvm's running max (a NaN never raises it)
-        e = abs(qp[:, c : c + 1] - pqp)
-        error = where(e > error, e, error)
-    stop = stopped | (error < eps)
-    start = p
-    for c in range(p.shape[1]):
-        qp_c, q_row = qp[:, c : c + 1], q[:, c, :]
-        q_cc = q_row[:, c : c + 1]
-        diff = (-qp_c + pqp) / q_cc
-        p = p + diff * t.unit[c]
-        pqp = (pqp + diff * (diff * q_cc + 2.0 * qp_c)) / (1.0 + diff) / (1.0 + diff)
-        qp = (qp + diff * q_row) / (1.0 + diff)
-        p = p / (1.0 + diff)
-    return where(stop, start, p), stop
-
-
-def solve(r: Any, classes: int, where: Where, convert: Callable[[np.ndarray], Any]) -> Any:
-    """COUPLE of ``r`` (B, n_pairs) by the vectorized sweeps in ``r``'s array library (``where``
-    its select, ``convert`` its array of a numpy one), sweeping until every row has stopped."""
-    dtype = _numpy_dtype(r)
-    t = tables(classes, dtype).converted(convert)
-    q = q_matrix(r, t, where)
-    p = convert(np.full((r.shape[0], classes), 1.0 / classes, dtype))
-    stopped = convert(np.zeros((r.shape[0], 1), bool))
-    for _ in range(max_sweeps(classes)):
-        if bool(stopped.all()):
-            break
-        p, stopped = sweep(p, stopped, q, t, tolerance(classes), where)
-    return p
-
-
-def _numpy_dtype(r: Any) -> str:
-    return str(r.dtype).removeprefix("torch.")
-
-
-def reference(r: np.ndarray, classes: int) -> np.ndarray:
-    """COUPLE in whole-array numpy: (B, k) in ``r``'s dtype."""
-    return solve(r, classes, np.where, np.asarray)  # type: ignore[no-any-return]
+def loop_graph(classes: int, dtype: str) -> Graph:
+    """:func:`couple_loop` of one (B, n_pairs) input ``r`` in ``dtype``, as the graph ``p``."""
+    b = Builder()
+    r = b.input("r", (pair_count(classes),), dtype)
+    return b.graph({"p": couple_loop(r, classes=classes)})
 
 
 def native(classes: int) -> Callable[[np.ndarray], np.ndarray]:

@@ -106,6 +106,13 @@ def _slice(n: Node, x: np.ndarray) -> np.ndarray:
     return x[index]
 
 
+def _couple(n: Node, r: np.ndarray) -> np.ndarray:
+    # COUPLE means its LOOP formulation: the reference runs that.
+    graph = coupling.loop_graph(n.attr("classes"), dt.oracle(n.dtype))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return evaluate(graph, {"r": r})["p"]
+
+
 def _loop(n: Node, args: list[np.ndarray], ctx: Context) -> np.ndarray:
     # A Python loop over the body's nodes: the index is a scalar, the carry and the invariants
     # keep their (float64 / int64) oracle arrays from iteration to iteration. Every trip runs,
@@ -169,7 +176,7 @@ RULES: dict[Op, Rule] = {
     Op.FOREST_SUM: lambda n, a, ctx: forest.reference(
         *a, trees=n.attr("trees"), depth=n.attr("depth")
     ),
-    Op.COUPLE: lambda n, a, ctx: coupling.reference(a[0], n.attr("classes")),
+    Op.COUPLE: lambda n, a, ctx: _couple(n, a[0]),
     Op.SUM: lambda n, a, ctx: np.sum(a[0], axis=n.attr("axes"), keepdims=n.attr("keepdims")),
     Op.MAX: lambda n, a, ctx: np.max(a[0], axis=n.attr("axes"), keepdims=n.attr("keepdims")),
     Op.MIN: lambda n, a, ctx: np.min(a[0], axis=n.attr("axes"), keepdims=n.attr("keepdims")),

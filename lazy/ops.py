@@ -653,6 +653,7 @@ def _build_table() -> dict[Op, OpSpec]:
 SPECS: dict[Op, OpSpec] = _build_table()
 #: Ops only the host lowers (the numpy backend; the interpreter states their meaning). A device
 #: graph holds them only as the host formulation of a VARIANT, which the device never compiles:
-#: FOREST_SUM is a native walk, and the compiler's tree strategies are the device formulation.
-HOST_ONLY: frozenset[Op] = frozenset({Op.FOREST_SUM})
+#: FOREST_SUM and COUPLE are native loops; the compiler's tree strategies and
+#: :func:`lazy.coupling.couple_loop` are their device formulations.
+HOST_ONLY: frozenset[Op] = frozenset({Op.FOREST_SUM, Op.COUPLE})
 ELEMENTWISE_KINDS = frozenset({"unary", "binary", "compare", "logical", "select"})

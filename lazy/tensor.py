@@ -362,17 +362,6 @@ def where(cond: LazyTensor, a: Any, b: Any) -> LazyTensor:
     return _make(Op.WHERE, [cond, *_lift_operands(Op.WHERE, (a, b), like)])
 
 
-def couple(r: LazyTensor, *, classes: int) -> LazyTensor:
-    """(B, ``classes``): libsvm's class probabilities from each row's pairwise ones.
-
-    ``r`` holds ``r_ij`` (the probability of class i against class j, ``r_ji = 1 - r_ij``) for
-    the pairs i < j in the order (0, 1), (0, 2), ..., (1, 2), ...; the result is libsvm's
-    ``multiclass_probability`` of them (Wu, Lin & Weng 2004, method 2: iterated until its
-    stopping test holds, row by row). One op where a tensor formulation needs a loop of many
-    small ops: the host runs it as a native loop (:mod:`lazy.coupling`)."""
-    return _make(Op.COUPLE, [r], classes=int(classes))
-
-
 def variant(device: LazyTensor, host: LazyTensor) -> LazyTensor:
     """One value in two formulations of equal meaning (same shape and dtype; floats may differ
     in rounding): ``device`` for compiled backends (XLA, torch), ``host`` for the numpy backend,

@@ -1,11 +1,12 @@
 """The native host kernels built before a model needs them.
 
-numba compiles FOREST_SUM's two kernels (:mod:`lazy.forest`, :mod:`lazy.forest_bits`) once per
-combination of argument types, and caches the machine code on disk. On a cold cache each
-compile takes seconds, which the first tree model would otherwise spend between its upload and
-READY. :func:`warm_kernels` builds every combination the graphs use, through the numpy backend
-as a model's plan runs them (so the types are the ones a model's tables have), on a throwaway
-one-tree forest; with a warm cache it only loads them.
+numba compiles FOREST_SUM's two kernels (:mod:`lazy.forest`, :mod:`lazy.forest_bits`) and
+COUPLE's (:mod:`lazy.coupling`) once per combination of argument types, and caches the machine
+code on disk. On a cold cache each compile takes seconds, which the first tree or SVC model would
+otherwise spend between its upload and READY. :func:`warm_kernels` builds every combination the
+graphs use, through the numpy backend as a model's plan runs them (so the types are the ones a
+model's tables have), on a throwaway one-tree forest and a two-class coupling; with a warm cache
+it only loads them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import native
+from . import coupling, native
 from .dtypes import DTypePolicy
 from .executor import Options, compile
 from .forest import BIT_ROWS
@@ -35,6 +36,7 @@ DTYPE_PAIRS: tuple[tuple[str, str], ...] = (
 )
 
 _built: set[tuple[str, str]] = set()  # pairs this process has built: numba keeps them loaded
+_coupled: set[str] = set()  # float dtypes COUPLE's kernel is built for
 _lock = threading.Lock()
 
 
@@ -55,6 +57,9 @@ def warm_kernels(pairs: Sequence[tuple[str, str]] = DTYPE_PAIRS) -> float:
             if pair not in _built:
                 compile(_one_tree(*pair), options, warmup=True)
                 _built.add(pair)
+        for dtype in sorted({d for pair in pairs for d in pair} - _coupled):
+            coupling.native(2)(np.full((1, 1), 0.5, dtype))
+            _coupled.add(dtype)
     return time.perf_counter() - t0
 
 

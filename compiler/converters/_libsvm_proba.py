@@ -7,11 +7,12 @@ method 2): starting from ``p = 1/k``, at most ``max(100, k)`` sweeps of coordina
 ``p'Qp``, stopping *before* a sweep once ``max_t |(Qp)_t - p'Qp| < 0.005 / k``. Two classes take
 the same path: libsvm never returns the Platt probability itself.
 
-The coupling is one ``lz.couple`` op (:mod:`lazy.coupling`): libsvm's loop as written, row by row,
-in a native kernel on the host, and vectorized sweeps that end once every row has stopped on the
-device (binary problems: after a couple of sweeps). Either agrees with libsvm to rounding in
-float64; in float32 a row whose stopping test lands within rounding of the tolerance may stop one
-sweep earlier or later than libsvm: that row then differs by about the size of one sweep's update.
+The coupling has two formulations (:mod:`lazy.coupling`): on the host one ``lz.couple`` op,
+libsvm's loop as written, row by row, in a native kernel; on a device ``lz.couple_loop``, a LOOP
+of the sweeps that ends once every row has stopped (binary problems: after a few sweeps). Either
+agrees with libsvm to rounding in float64; in float32 a row whose stopping test lands within
+rounding of the tolerance may stop one sweep earlier or later than libsvm: that row then differs
+by about the size of one sweep's update.
 """
 
 from __future__ import annotations
@@ -38,4 +39,5 @@ def pairwise_probabilities(decision: lz.LazyTensor, est: Any, ctx: Context) -> l
 
 def predict_proba(decision: lz.LazyTensor, est: Any, ctx: Context) -> lz.LazyTensor:
     """``est.predict_proba`` from libsvm's (B, n_pairs) one-vs-one decision values."""
-    return lz.couple(pairwise_probabilities(decision, est, ctx), classes=len(est.classes_))
+    r, k = pairwise_probabilities(decision, est, ctx), len(est.classes_)
+    return lz.variant(lz.couple_loop(r, classes=k), lz.couple(r, classes=k))

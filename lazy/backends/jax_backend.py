@@ -23,7 +23,6 @@ import numpy as np
 from jax import lax
 from jax.experimental import serialize_executable
 
-from .. import coupling
 from ..dtypes import DTypePolicy
 from ..errors import BackendError
 from ..graph import Graph
@@ -82,27 +81,6 @@ def gather_row_block(graph: Graph, policy: DTypePolicy, row_block: int) -> int:
         return row_block
     # Not below 256 rows: per-block loop overhead would then outweigh the cache misses saved.
     return min(row_block, max(256, GATHER_BLOCK_BYTES // widest))
-
-
-def _couple(n: Node, a: list[Any], low: Lowering) -> Any:
-    # lazy.coupling's vectorized sweeps in a while_loop that ends once every row has stopped.
-    (r,) = a
-    classes = n.attr("classes")
-    t = coupling.tables(classes, r.dtype)
-    q = coupling.q_matrix(r, t, jnp.where)
-    eps, sweeps = coupling.tolerance(classes), jnp.int32(coupling.max_sweeps(classes))
-
-    def running(state: tuple[Any, Any, Any]) -> Any:
-        i, _, stopped = state
-        return (i < sweeps) & ~jnp.all(stopped)
-
-    def trip(state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
-        i, p, stopped = state
-        return (i + 1, *coupling.sweep(p, stopped, q, t, eps, jnp.where))
-
-    p = jnp.full((r.shape[0], classes), 1.0 / classes, r.dtype)
-    stopped = jnp.zeros((r.shape[0], 1), bool)
-    return lax.while_loop(running, trip, (jnp.int32(0), p, stopped))[1]
 
 
 def _unary(fn: Any) -> Rule:
@@ -283,7 +261,6 @@ RULES: dict[Op, Rule] = {
     Op.MATMUL: lambda n, a, low: jnp.matmul(a[0], a[1], precision=_PRECISION),
     Op.TAKE: lambda n, a, low: _take(a[0], a[1], n.attr("axis")),
     Op.TAKE_ALONG: lambda n, a, low: _take_along(a[0], a[1], n.attr("axis")),
-    Op.COUPLE: _couple,
     Op.UPDATE: lambda n, a, low: lax.dynamic_update_index_in_dim(
         a[0], a[2], a[1], n.attr("axis") % a[0].ndim
     ),

@@ -134,7 +134,19 @@ def _couple(n: Node, low: HostLowering) -> Kernel:
     classes = n.attr("classes")
     if native.AVAILABLE:
         return coupling.native(classes)
-    return partial(coupling.reference, classes=classes)
+    # Without numba: the LOOP formulation, lowered as a loop body's plan is. Its start carry
+    # is broadcast to the bucket's rows, so a call of fewer rows is padded with rows of even
+    # odds (they stop before the first sweep).
+    graph = coupling.loop_graph(classes, low.dtype(n))
+    inner = HostLowering({}, {}, low.batch, low.policy)
+    plan = _Plan(graph.order, graph.inputs, (), graph.output_nodes, inner, narrow=False)
+
+    def couple(r: np.ndarray) -> np.ndarray:
+        rows = len(r)
+        padding = np.full((low.batch - rows, r.shape[1]), 0.5, r.dtype)
+        return plan.function(np.concatenate([r, padding]))[0][:rows]  # type: ignore[no-any-return]
+
+    return couple
 
 
 def _take_along(n: Node, low: HostLowering) -> Kernel:

@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import coupling
 from ..dtypes import DTypePolicy
 from ..graph import Graph
 from ..node import Node
@@ -146,14 +145,6 @@ def _take(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
     return flat.reshape(low.shape(n))
 
 
-def _couple(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
-    # lazy.coupling's vectorized sweeps, ending once every row has stopped.
-    (r,) = a
-    return coupling.solve(  # type: ignore[no-any-return]
-        r, n.attr("classes"), torch.where, lambda v: torch.as_tensor(v, device=r.device)
-    )
-
-
 def _update(n: Node, a: list[torch.Tensor], low: Lowering) -> torch.Tensor:
     x, idx, value = a
     out = x.clone()  # values are immutable: a loop's carry is copied once per iteration
@@ -264,7 +255,6 @@ RULES: dict[Op, Rule] = {
         lambda n, a, low: torch.take_along_dim(a[0], a[1].to(torch.int64), dim=n.attr("axis"))
     ),
     Op.UPDATE: _signed_bits(_update),
-    Op.COUPLE: _couple,
     Op.SUM: _signed_bits(_sum),
     Op.MAX: _signed_order(_reduce(torch.amax), values=True),
     Op.MIN: _signed_order(_reduce(torch.amin), values=True),

@@ -1,7 +1,8 @@
-"""COUPLE (``lz.couple``): every form of libsvm's pairwise coupling against a line-by-line port of
-libsvm's ``multiclass_probability``, row by row, on pairwise probabilities fitted models rarely
-reach; the native kernel's own checks; the numpy backend's fallback without numba. numba is a
-dependency of the project, so the native kernel is tested, never skipped."""
+"""COUPLE (``lz.couple``) and its LOOP formulation (``lz.couple_loop``): every form of libsvm's
+pairwise coupling against a line-by-line port of libsvm's ``multiclass_probability``, row by row,
+on pairwise probabilities fitted models rarely reach; the native kernel's own checks; the numpy
+backend's fallback without numba. numba is a dependency of the project, so the native kernel is
+tested, never skipped."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-import torch
 
 import lazy as lz
 from lazy import coupling, native
@@ -74,15 +74,36 @@ def _libsvm(rows: np.ndarray, k: int) -> np.ndarray:
     return np.array(out)
 
 
-def _torch(r: np.ndarray, k: int) -> np.ndarray:
-    got = coupling.solve(torch.from_numpy(r), k, torch.where, torch.as_tensor)
-    return got.numpy()  # type: ignore[no-any-return]
+def _graph(k: int, dtype: str = "float64", *, loop: bool = False) -> lz.Graph:
+    b = lz.Builder()
+    r = b.input("r", (len(_pairs(k)),), dtype)
+    form = lz.couple_loop if loop else lz.couple
+    return b.graph({"p": form(r, classes=k)})
+
+
+def _compiled(backend: str, *, loop: bool) -> Callable[[np.ndarray, int], np.ndarray]:
+    def run(r: np.ndarray, k: int) -> np.ndarray:
+        options = lz.Options(backend=backend, dtype_policy=lz.DTypePolicy.X64, max_batch=64)
+        # A cache of its own: a plan another test compiled for the same graph must not stand in.
+        compiled = lz.compile(
+            _graph(k, r.dtype.name, loop=loop), options, cache=lz.ExecutableCache()
+        )
+        return np.asarray(compiled({"r": r})["p"])
+
+    return run
+
+
+def _reference(r: np.ndarray, k: int) -> np.ndarray:
+    return lz.evaluate(_graph(k, r.dtype.name), {"r": r})["p"].astype(r.dtype)
 
 
 FORMS: dict[str, Callable[[np.ndarray, int], np.ndarray]] = {
-    "reference": coupling.reference,
+    "reference": _reference,
     "native": lambda r, k: coupling.native(k)(r),
-    "torch": _torch,
+    "numpy": _compiled("numpy", loop=False),
+    "loop on numpy": _compiled("numpy", loop=True),
+    "loop on jax": _compiled("jax", loop=True),
+    "loop on torch": _compiled("torch", loop=True),
 }
 
 
@@ -127,17 +148,8 @@ def test_a_row_that_never_meets_the_test_runs_every_sweep() -> None:
         np.testing.assert_allclose(got[1], _libsvm(rows[1:], 3)[0], rtol=1e-12, err_msg=form)
 
 
-def _graph(k: int) -> lz.Graph:
-    b = lz.Builder()
-    r = b.input("r", (len(_pairs(k)),), "float64")
-    return b.graph({"p": lz.couple(r, classes=k)})
-
-
 def _numpy_run(k: int, rows: np.ndarray) -> np.ndarray:
-    # A cache of its own: a plan another test compiled for the same graph must not stand in.
-    options = lz.Options(backend="numpy", dtype_policy=lz.DTypePolicy.X64, max_batch=64)
-    compiled = lz.compile(_graph(k), options, cache=lz.ExecutableCache())
-    return np.asarray(compiled({"r": rows})["p"])
+    return FORMS["numpy"](rows, k)
 
 
 def test_numpy_backend_runs_the_native_kernel(monkeypatch: pytest.MonkeyPatch) -> None:

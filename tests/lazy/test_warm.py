@@ -1,5 +1,5 @@
-"""``lazy.warm``: the native kernels built at start are every kernel a tree model then runs, so
-no model's first call compiles one (seconds each on a cold cache)."""
+"""``lazy.warm``: the native kernels built at start are every kernel a tree or SVC model then
+runs, so no model's first call compiles one (seconds each on a cold cache)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,15 @@ import numpy as np
 import pytest
 import xgboost
 from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestRegressor
+from sklearn.svm import SVC
 
 import compiler
-from lazy import forest, forest_bits, native, warm
+from lazy import coupling, forest, forest_bits, native, warm
 
 
 def _signatures() -> set[object]:
-    return {*forest._kernel().signatures, *forest_bits._kernel().signatures}
+    kernels = (forest._kernel(), forest_bits._kernel(), coupling._kernel())
+    return {signature for kernel in kernels for signature in kernel.signatures}
 
 
 def _rows() -> np.ndarray:
@@ -27,28 +29,33 @@ def _rows() -> np.ndarray:
     return x
 
 
-def test_warm_kernels_are_every_kernel_a_tree_model_runs() -> None:
+@pytest.mark.filterwarnings("ignore:.*probability.*:FutureWarning")
+def test_warm_kernels_are_every_kernel_a_tree_or_svc_model_runs() -> None:
     assert native.AVAILABLE  # numba is a dependency: the kernels are tested, never skipped
     warm.warm_kernels()
     warmed = _signatures()
     x = _rows()
     y = (x[:, 0] + x[:, 1] > 2).astype(int)
+    finite = np.nan_to_num(x)  # SVC takes no missing values
     models = [
         RandomForestRegressor(5, max_depth=4, random_state=0).fit(x, y),
         HistGradientBoostingClassifier(max_iter=5, random_state=0).fit(x, y),
         lightgbm.LGBMClassifier(n_estimators=5, verbose=-1).fit(x, y),
         xgboost.XGBClassifier(n_estimators=5).fit(x, y),
+        SVC(probability=True, random_state=0).fit(finite, y),
+        SVC(probability=True, random_state=0).fit(finite, x[:, 0].astype(int)),
     ]
     for model in models:
+        inputs = finite if isinstance(model, SVC) else x
         for dtype in ("float32", "float64"):
             options = compiler.CompileOptions(backend="numpy", max_batch=16, dtype=dtype)
             compiled = compiler.compile(model, options=options)
             for rows in (1, 3, 16, 40):
-                batch = x[:rows]
+                batch = inputs[:rows]
                 read_only = batch.astype(np.float32)
                 read_only.flags.writeable = False
-                for view in (batch, read_only, np.asfortranarray(batch), x[:rows, ::1]):
-                    compiled.predict(view)
+                for view in (batch, read_only, np.asfortranarray(batch), inputs[:rows, ::1]):
+                    compiled.run(view)
     assert _signatures() == warmed, "a model compiled a kernel that warm_kernels does not build"
 
 
