@@ -27,6 +27,7 @@ from .cache import CacheKey, ExecutableCache
 from .dtypes import DTypePolicy
 from .errors import BackendError, InputError
 from .graph import Graph
+from .loop import within
 from .node import Node
 from .ops import Op
 from .passes import inline_params, optimize, prune, specialize
@@ -129,13 +130,8 @@ class WarmedBucket:
 def host_calls(order: Sequence[Node]) -> int:
     """How many numpy calls one run of ``order`` makes on the numpy backend (leaves make none;
     a loop makes its body's calls once per trip)."""
-    calls = 0
-    for node in order:
-        if node.op is Op.LOOP:
-            calls += node.attr("trip_count") * host_calls(node.attr("body").order)
-        elif node.op not in (Op.INPUT, Op.PARAM, Op.CONST):
-            calls += 1
-    return calls
+    free = (Op.INPUT, Op.PARAM, Op.CONST, Op.LOOP)
+    return sum(trips for node, trips in within(order) if node.op not in free)
 
 
 def _time_round(fn: Callable[[], Any], rounds: list[float]) -> None:
@@ -149,31 +145,22 @@ def _time_round(fn: Callable[[], Any], rounds: list[float]) -> None:
 def row_bytes(graph: Graph, policy: DTypePolicy) -> int:
     """Bytes per row of every batched intermediate of ``graph`` (loop bodies included, once):
     an upper bound of what one row keeps live when nothing is fused or freed early."""
-    total = 0
-    pending: list[Node] = list(graph.order)
-    while pending:
-        node = pending.pop()
-        if node.op is Op.LOOP:
-            pending.extend(node.attr("body").order)
-        if node.op is not Op.INPUT and is_batched(node.shape):
-            total += static_size(node.shape) * np.dtype(policy.lower(node.dtype)).itemsize
-    return total
+    return sum(
+        static_size(node.shape) * np.dtype(policy.lower(node.dtype)).itemsize
+        for node, _ in within(graph.order)
+        if node.op is not Op.INPUT and is_batched(node.shape)
+    )
 
 
 def matmul_flops(graph: Graph) -> int:
     """Matrix-product FLOPs per row of ``graph``: 2·k per element of each batched product's row
     (a loop body's once per trip)."""
 
-    def walk(order: Sequence[Node], trips: int) -> int:
-        total = 0
-        for node in order:
-            if node.op is Op.LOOP:
-                total += walk(node.attr("body").order, trips * node.attr("trip_count"))
-            elif node.op is Op.MATMUL and is_batched(node.shape):
-                total += trips * 2 * node.inputs[0].shape[-1] * static_size(node.shape)
-        return total
-
-    return walk(graph.order, 1)
+    return sum(
+        trips * 2 * node.inputs[0].shape[-1] * static_size(node.shape)
+        for node, trips in within(graph.order)
+        if node.op is Op.MATMUL and is_batched(node.shape)
+    )
 
 
 def call_rows_for(
@@ -258,7 +245,7 @@ class CompiledGraph:
         #: formulation of every VARIANT (the same graph where there is none).
         self.graph = graph = specialize(both, self.backend.target)
         self.host_graph = specialize(both, "host")
-        unlowered = {n.op for n in graph.order} - self.backend.rules.keys()
+        unlowered = {n.op for n, _ in within(graph.order)} - self.backend.rules.keys()
         if unlowered:
             names = ", ".join(sorted(op.name for op in unlowered))
             raise BackendError(

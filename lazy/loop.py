@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -107,6 +107,15 @@ def _check_closed(inputs: Sequence[Node], order: Sequence[Node]) -> None:
                 f"the loop body captures {node.attr('name')!r}, which is not one of its inputs; "
                 "pass outer values to fori_loop as invariants"
             )
+
+
+def within(order: Sequence[Node], trips: int = 1) -> Iterator[tuple[Node, int]]:
+    """Every node of ``order`` and, recursively, of its LOOP bodies, each with how many times it
+    runs per run of ``order`` (a body's nodes once per trip of its loop, at most)."""
+    for node in order:
+        yield node, trips
+        if node.op is Op.LOOP:
+            yield from within(node.attr("body").order, trips * node.attr("trip_count"))
 
 
 def fori_loop(

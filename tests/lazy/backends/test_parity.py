@@ -869,6 +869,16 @@ def test_device_backends_refuse_host_only_ops_by_name(op: Op, backend: str) -> N
         lz.compile(graph, lz.Options(backend=backend, max_batch=MAX_BATCH), warmup=False)
 
 
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "numpy"])
+def test_device_backends_refuse_host_only_ops_inside_loop_bodies(backend: str) -> None:
+    b = lz.Builder()
+    r = b.input("r", (1,), "float32")
+    out = lz.fori_loop(2, lambda i, carry: lz.couple(carry, classes=2)[:, :1], r)
+    graph = b.graph({"p": out})
+    with pytest.raises(lz.BackendError, match=f"{backend} backend has no lowering for COUPLE"):
+        lz.compile(graph, lz.Options(backend=backend, max_batch=MAX_BATCH), warmup=False)
+
+
 def test_every_op_has_a_parity_case() -> None:
     missing = [op.name for op in Op if not CASES.get(op)]
     assert not missing, f"ops without a parity case in CASES: {missing}"
