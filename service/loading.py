@@ -55,13 +55,8 @@ class Loader:
 
     def _trace_options(self, options: ModelOptions) -> compiler.CompileOptions:
         """Options to trace only (to check support or read the schema): nothing is compiled."""
-        return compiler.CompileOptions(
-            dtype=options.dtype,
-            tree_strategy=options.tree_strategy,
-            methods=tuple(options.methods) if options.methods else None,
-            allow_host_steps=self.allow_host_steps,
-            backend="interpreter",
-            warmup=False,
+        return options.compile_options(
+            allow_host_steps=self.allow_host_steps, backend="interpreter", warmup=False
         )
 
     def validate(self, upload: Upload) -> artifacts.LoadedArtifact:
@@ -133,10 +128,7 @@ class Loader:
         mv.progress = LoadProgress(Phase.COMPILING)
         opts = mv.options
         max_batch = opts.max_batch or self.settings.max_batch
-        options = compiler.CompileOptions(
-            dtype=opts.dtype,
-            tree_strategy=opts.tree_strategy,
-            methods=tuple(opts.methods) if opts.methods else None,
+        options = opts.compile_options(
             max_batch=max_batch,
             # The batcher never hands the model a batch of more rows than max_batch: larger
             # buckets would be compiled at warm-up and never run.

@@ -22,6 +22,7 @@ from service import artifacts, parity
 from service.artifacts.skops_trust import HOST_STEP_SETTING
 from service.settings import Settings
 from service.terminal import CommandError, LoadDisplay, joined, parse_json, read_file
+from service.versions import ModelOptions
 
 
 def compile_file(
@@ -61,9 +62,8 @@ def compile_file(
         raise CommandError(f"cannot load {path}: {joined(str(exc))}") from None
     estimator = loaded.estimator
     cache = lz.ExecutableCache(disk_dir=cache_dir)
-    options = compiler.CompileOptions(
-        dtype=dtype,  # type: ignore[arg-type]
-        tree_strategy=tree_strategy,  # type: ignore[arg-type]
+    model_options = ModelOptions.model_validate({"dtype": dtype, "tree_strategy": tree_strategy})
+    options = model_options.compile_options(
         max_batch=max_batch,
         call_rows=max_batch,
         allow_host_steps=bool(host_step_modules),

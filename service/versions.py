@@ -78,6 +78,13 @@ class ModelOptions(BaseModel):
             options = {**options, "tree_strategy": "auto"}
         return cls.model_validate(options)
 
+    def compile_options(self, **rest: Any) -> compiler.CompileOptions:
+        """The compiler's options for these, with the caller's own (host steps, cache, ...)."""
+        methods = tuple(self.methods) if self.methods else None
+        return compiler.CompileOptions(
+            dtype=self.dtype, tree_strategy=self.tree_strategy, methods=methods, **rest
+        )
+
 
 #: Strategies older versions may have stored; see compiler/trees/strategies.py.
 REMOVED_TREE_STRATEGIES = frozenset({"gemm", "perfect"})
