@@ -6,8 +6,9 @@ serve`` process on a fresh store and executable cache registers each pipeline of
 ``bench/load.py`` (``POST /models?wait=true`` with a 64-row sample: compile, warm-up, parity),
 timed by the client. The server is then restarted on the same store and cache and the time to
 ``/readyz`` (every stored version loaded) is taken, with the loads' share of it and the
-compiles the restart made. Both versions load on the one loader thread: the first pays the
-process's one-time work, the next one's load is what each further model adds to a restart.
+compiles the restart made. The versions load on the one loader thread: the first pays the
+process's one-time work, the next shares the core with the start-up thread, and the last (the
+second's artifact once more, under a third name) is what each further model adds to a restart.
 
 The first registration of a fresh process may wait for one-time work (imports, the native
 kernels: ``service/runtime.py``), so a second model of the same kind, fitted on another seed
@@ -55,6 +56,9 @@ class Ready:
     # The other version's load, after the first on the one loader thread: what one more model
     # adds to a restart once the process's one-time work is done.
     next_reload_s: float
+    # A third version (the second's artifact under another name), loaded last: what one more
+    # model adds once the start-up thread (service/runtime.py) no longer shares the core.
+    last_reload_s: float
     restart_compiles: float
     device_buckets: int  # buckets the version's plan runs on the device (-1: no plan)
     buckets: int
@@ -128,6 +132,7 @@ def measure(checkout: Path, model: str, artifacts: Path, sample: str, max_batch:
             register_s = _register(url, model, artifacts / f"{model}.skops", sample, max_batch)
             other = artifacts / "other" / f"{model}.skops"
             running_s = _register(url, f"{model}-other", other, sample, max_batch)
+            _register(url, f"{model}-third", other, sample, max_batch)
             version = _version(url, model)
         port = free_port()
         t0 = time.perf_counter()
@@ -138,7 +143,8 @@ def measure(checkout: Path, model: str, artifacts: Path, sample: str, max_batch:
                 time.sleep(0.02)
             restart_s = time.perf_counter() - t0
             compiles = _metric(url, "kestrel_compiles_total")
-            loads = sorted(_version(url, m)["load_seconds"] for m in (model, f"{model}-other"))
+            names = (model, f"{model}-other", f"{model}-third")
+            loads = sorted(_version(url, m)["load_seconds"] for m in names)
     plan = version.get("plan")
     device = -1 if plan is None else sum(p["runs_on"] == "device" for g in plan for p in g)
     return Ready(
@@ -148,7 +154,9 @@ def measure(checkout: Path, model: str, artifacts: Path, sample: str, max_batch:
         running_s,
         restart_s,
         loads[0],
-        loads[1] - loads[0],  # both were queued at once, so the later one waited for the first
+        # All were queued at once, so each later one waited for those before it.
+        loads[1] - loads[0],
+        loads[2] - loads[1],
         compiles,
         device,
         len(version["buckets"]),
@@ -178,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\nmax_batch {args.max_batch}; seconds (restart: to /readyz with the model loaded)\n")
     print(
         "| checkout | model | register → READY, first | on the running server | "
-        "restart → ready | of which: first load, next load | restart compiles | "
+        "restart → ready | of which: first load, next, last | restart compiles | "
         "device buckets / buckets |"
     )
     print("|---|---|---|---|---|---|---|---|")
@@ -186,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
         device = "no plan" if r.device_buckets < 0 else f"{r.device_buckets} / {r.buckets}"
         print(
             f"| {Path(r.checkout).name} | {r.model} | {r.register_s:.2f} | {r.running_s:.2f} | "
-            f"{r.restart_s:.2f} | {r.reload_s:.2f}, {r.next_reload_s:.2f} | "
+            f"{r.restart_s:.2f} | {r.reload_s:.2f}, {r.next_reload_s:.2f}, {r.last_reload_s:.2f} | "
             f"{r.restart_compiles:.0f} | {device} |"
         )
     if args.out:
