@@ -5,10 +5,11 @@ compiled models). Under load, the objects of in-flight requests outlive a few yo
 are promoted, and trigger frequent full collections; each walks the whole heap, a pause long
 enough to set the p99 latency over HTTP. Two measures:
 
-- :func:`settle` after each model load: one full collection (with the previous freeze undone, so
-  cycles of earlier loads, e.g. a version retired since, are reclaimed), then ``gc.freeze()``:
-  every object alive now is skipped by later collections (reference counting still frees them).
-  A model load thus costs one full collection instead of a steady stream of them.
+- :func:`settle` once the model loads under way are done: one full collection (with the
+  previous freeze undone, so cycles of earlier loads, e.g. a version retired since, are
+  reclaimed), then ``gc.freeze()``: every object alive now is skipped by later collections
+  (reference counting still frees them). A burst of loads (a restart's stored versions) thus
+  costs one full collection instead of one per model, or a steady stream of them.
 - A young-generation threshold of :data:`GEN0_THRESHOLD` container allocations instead of 700:
   request objects are freed by reference counting long before, so young collections become rare
   instead of running every few requests.

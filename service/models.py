@@ -191,6 +191,7 @@ class ModelManager(Versions):
                 self._activate(mv)
         except Exception as exc:  # every failure becomes the version's visible reason
             mv.state, mv.error = State.FAILED, _reason(exc)
+            self._settle_heap()  # the last load of a burst may be the one that failed
             mv.load_seconds = time.perf_counter() - t0
             self.metrics.model_loads.labels("failed").inc()
             self.metrics.model_load_seconds.labels("failed").observe(mv.load_seconds)
@@ -262,8 +263,8 @@ class ModelManager(Versions):
             mv.done.set()
             return
         self._serving.start(mv)
-        gcpolicy.settle()
         mv.state = State.READY
+        self._settle_heap()
         self.current_version[mv.name] = mv.version
         self.metrics.model_loads.labels("ready").inc()
         self.metrics.model_load_seconds.labels("ready").observe(mv.load_seconds or 0.0)
@@ -278,6 +279,12 @@ class ModelManager(Versions):
         mv.done.set()
         if previous is not None and previous is not mv:
             self._spawn(self._serving.stop(previous))
+
+    def _settle_heap(self) -> None:
+        """:func:`gcpolicy.settle` once the loads under way are over: each settle walks the
+        whole heap, so a restart that loads many stored versions pays it once, not per model."""
+        if State.LOADING.value not in self.states():
+            gcpolicy.settle()
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
