@@ -6,9 +6,10 @@ serve`` process on a fresh store and executable cache registers each pipeline of
 ``bench/load.py`` (``POST /models?wait=true`` with a 64-row sample: compile, warm-up, parity),
 timed by the client. The server is then restarted on the same store and cache and the time to
 ``/readyz`` (every stored version loaded) is taken, with the loads' share of it and the
-compiles the restart made. The versions load on the one loader thread: the first pays the
-process's one-time work, the next shares the core with the start-up thread, and the last (the
-second's artifact once more, under a third name) is what each further model adds to a restart.
+compiles the restart made. The versions load on the one loader thread, after the process's
+one-time work (``service/runtime.py``), which the first load's seconds include: the next is
+another model of the same kind, and the last (the second's artifact once more, under a third
+name) is what each further model adds to a restart.
 
 The first registration of a fresh process may wait for one-time work (imports, the native
 kernels: ``service/runtime.py``), so a second model of the same kind, fitted on another seed
@@ -57,8 +58,11 @@ class Ready:
     # adds to a restart once the process's one-time work is done.
     next_reload_s: float
     # A third version (the second's artifact under another name), loaded last: what one more
-    # model adds once the start-up thread (service/runtime.py) no longer shares the core.
+    # model of a kind already loaded adds.
     last_reload_s: float
+    # Each restart load's seconds by phase on the loader thread (the server's load_phases, in
+    # load order; empty for a checkout that does not report them).
+    restart_phases: list[dict[str, float]]
     restart_compiles: float
     device_buckets: int  # buckets the version's plan runs on the device (-1: no plan)
     buckets: int
@@ -144,7 +148,9 @@ def measure(checkout: Path, model: str, artifacts: Path, sample: str, max_batch:
             restart_s = time.perf_counter() - t0
             compiles = _metric(url, "kestrel_compiles_total")
             names = (model, f"{model}-other", f"{model}-third")
-            loads = sorted(_version(url, m)["load_seconds"] for m in names)
+            versions = sorted((_version(url, m) for m in names), key=lambda v: v["load_seconds"])
+            loads = [v["load_seconds"] for v in versions]
+            phases = [v.get("load_phases", {}) for v in versions]
     plan = version.get("plan")
     device = -1 if plan is None else sum(p["runs_on"] == "device" for g in plan for p in g)
     return Ready(
@@ -157,10 +163,25 @@ def measure(checkout: Path, model: str, artifacts: Path, sample: str, max_batch:
         # All were queued at once, so each later one waited for those before it.
         loads[1] - loads[0],
         loads[2] - loads[1],
+        phases,
         compiles,
         device,
         len(version["buckets"]),
     )
+
+
+def _print_phases(results: list[Ready]) -> None:
+    """Where each restart load spent its time on the loader thread."""
+    phases = sorted({p for r in results for load in r.restart_phases for p in load})
+    if not phases:
+        return
+    print("\nrestart loads by phase on the loader thread, seconds (first, next, last)\n")
+    print(f"| checkout | model | {' | '.join(phases)} | sum |")
+    print("|---|---|" + "---|" * (len(phases) + 1))
+    for r in results:
+        cells = [", ".join(f"{load.get(p, 0.0):.2f}" for load in r.restart_phases) for p in phases]
+        sums = ", ".join(f"{sum(load.values()):.2f}" for load in r.restart_phases)
+        print(f"| {Path(r.checkout).name} | {r.model} | {' | '.join(cells)} | {sums} |")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -197,6 +218,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{r.restart_s:.2f} | {r.reload_s:.2f}, {r.next_reload_s:.2f}, {r.last_reload_s:.2f} | "
             f"{r.restart_compiles:.0f} | {device} |"
         )
+    _print_phases(results)
     if args.out:
         args.out.write_text(json.dumps([r.__dict__ for r in results], indent=1))
 

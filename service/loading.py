@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -21,7 +23,14 @@ from service import artifacts, codecs, parity
 from service.metrics import Metrics
 from service.settings import Settings
 from service.store import ModelStore, VersionRecord
-from service.versions import LoadProgress, ModelOptions, ModelVersion, Phase, Upload
+from service.versions import (
+    LoadPhase,
+    LoadProgress,
+    ModelOptions,
+    ModelVersion,
+    Phase,
+    Upload,
+)
 
 log = logging.getLogger("kestrel.models")
 
@@ -76,16 +85,30 @@ class Loader:
         compiler.trace(loaded.estimator, options=self._trace_options(upload.options))
         return loaded
 
+    @contextmanager
+    def _phase(self, mv: ModelVersion, phase: LoadPhase) -> Iterator[None]:
+        """Time one phase of ``mv``'s load: into the version's ``load_phases`` and the
+        phase histogram, so an operator sees where a slow load spends its time."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            seconds = time.perf_counter() - t0
+            # Replaced whole, as progress is: a reader on the event loop iterates it.
+            mv.load_phases = {**mv.load_phases, phase: mv.load_phases.get(phase, 0.0) + seconds}
+            self.metrics.model_load_phase_seconds.labels(phase.value).observe(seconds)
+
     def build(self, mv: ModelVersion, estimator: Any, upload: Upload) -> VersionRecord:
         """Compile, warm, check parity, then store the blobs: the record to commit."""
         self.compile(mv, estimator, upload.sample)
         if mv.progress is not None:
             mv.progress = replace(mv.progress, phase=Phase.STORING)
-        artifact = self.store.put_blob(upload.data)
-        sample = None
-        if upload.sample is not None:
-            # NaN kept: the sample's missing values mean the same on every reload.
-            sample = self.store.put_blob(codecs.dumps_keeping_nan(upload.sample))
+        with self._phase(mv, LoadPhase.STORE):
+            artifact = self.store.put_blob(upload.data)
+            sample = None
+            if upload.sample is not None:
+                # NaN kept: the sample's missing values mean the same on every reload.
+                sample = self.store.put_blob(codecs.dumps_keeping_nan(upload.sample))
         plan = None if mv.model is None or mv.model.plan is None else mv.model.plan.as_dict()
         return VersionRecord(
             name=mv.name,
@@ -102,19 +125,20 @@ class Loader:
 
     def reload(self, mv: ModelVersion, record: VersionRecord) -> VersionRecord:
         """Load a stored version again, following its stored execution plan."""
-        data = self.store.get_blob(record.artifact)
-        sample = (
-            codecs.loads(self.store.get_blob(record.sample), allow_nan=True)
-            if record.sample
-            else None
-        )
-        loaded = artifacts.load_artifact(
-            data,
-            filename=record.filename,
-            format=record.format,
-            allow_pickle=record.format == "pickle",
-            host_step_modules=self.settings.host_step_modules,
-        )
+        with self._phase(mv, LoadPhase.READ):
+            data = self.store.get_blob(record.artifact)
+            sample = (
+                codecs.loads(self.store.get_blob(record.sample), allow_nan=True)
+                if record.sample
+                else None
+            )
+            loaded = artifacts.load_artifact(
+                data,
+                filename=record.filename,
+                format=record.format,
+                allow_pickle=record.format == "pickle",
+                host_step_modules=self.settings.host_step_modules,
+            )
         mv.framework = loaded.framework
         self.compile(mv, loaded.estimator, sample, _stored_plan(mv, record))
         return record
@@ -140,10 +164,13 @@ class Loader:
         )
         # The columns alone put the sample in the source's form: no trace needed before the
         # compile's own.
-        schema_sample = (
-            None if sample is None else parity.source_input(compiler.schema_for(estimator), sample)
-        )
-        model = compiler.compile(estimator, sample=schema_sample, options=options)
+        with self._phase(mv, LoadPhase.TRACE):
+            schema_sample = (
+                None
+                if sample is None
+                else parity.source_input(compiler.schema_for(estimator), sample)
+            )
+            model = compiler.compile(estimator, sample=schema_sample, options=options)
         refused = model.compiled.plan_refused
         if plan is not None and refused is not None:
             # Answers may differ in the last float32 bit from replicas that follow the plan.
@@ -161,17 +188,19 @@ class Loader:
         def warmed(bucket: lz.WarmedBucket) -> None:
             mv.progress = LoadProgress(Phase.COMPILING, bucket.done, total)
 
-        model.compiled.warmup(on_bucket=warmed)
+        with self._phase(mv, LoadPhase.BUCKETS):
+            model.compiled.warmup(on_bucket=warmed)
         mv.progress = LoadProgress(Phase.PARITY, total, total)
-        result = parity.gate(
-            estimator,
-            model,
-            schema_sample,
-            synthetic_rows=self.settings.parity_rows,
-            probe_rows=self.settings.parity_probe_rows,
-            rtol=self.settings.parity_rtol,
-            atol=self.settings.parity_atol,
-        )
+        with self._phase(mv, LoadPhase.PARITY):
+            result = parity.gate(
+                estimator,
+                model,
+                schema_sample,
+                synthetic_rows=self.settings.parity_rows,
+                probe_rows=self.settings.parity_probe_rows,
+                rtol=self.settings.parity_rtol,
+                atol=self.settings.parity_atol,
+            )
         mv.parity = result.as_dict()
         if not result.ok:
             raise parity.ParityError(

@@ -41,6 +41,7 @@ LATENCY_BUCKETS = (
 )
 ROW_BUCKETS = tuple(float(1 << k) for k in range(0, 18))
 LOAD_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 600)
+PHASE_BUCKETS = (0.01, 0.025, 0.05, *LOAD_BUCKETS)
 
 REJECTION_REASONS = (
     "queue_full",
@@ -136,6 +137,13 @@ class Metrics:
             "Time to load, compile, warm and check a model version.",
             ("result",),
             buckets=LOAD_BUCKETS,
+            registry=r,
+        )
+        self.model_load_phase_seconds = Histogram(
+            "kestrel_model_load_phase_duration_seconds",
+            "Time a model version's load spends in each phase (service.versions.LoadPhase).",
+            ("phase",),
+            buckets=PHASE_BUCKETS,
             registry=r,
         )
         self.model_loads = Counter(

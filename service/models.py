@@ -416,7 +416,7 @@ class ModelManager(Versions):
         """Load a stored version (disk cache when warm) and make it current, as of ``generation``."""
         assert mv.record is not None
         mv.state, mv.error, mv.done = State.LOADING, None, asyncio.Event()
-        mv.progress = LoadProgress(Phase.QUEUED)
+        mv.progress, mv.load_phases = LoadProgress(Phase.QUEUED), {}
         mv.generation = generation
         work = self.loader.submit(self.loader.reload, mv, mv.record)
         await self._finish(mv, work, commit=False)

@@ -145,7 +145,12 @@ class VersionDescription(BaseModel):
     options: dict[str, Any]
     framework: dict[str, str]
     parity: dict[str, Any] | None
-    load_seconds: float | None
+    load_seconds: float | None = Field(
+        description="registration (or reload) to READY or FAILED, the wait for the loader included"
+    )
+    load_phases: dict[str, float] = Field(
+        description="seconds of each phase on the loader thread: read, trace, buckets, parity, store"
+    )
     error: str | None = Field(None, description="why the version FAILED")
     failed_loads: int | None = None
     progress: LoadProgress | None = Field(None, description="while LOADING: how far it has got")

@@ -43,6 +43,16 @@ class Phase(enum.StrEnum):
     STORING = "storing"  # write the upload to the store and commit it
 
 
+class LoadPhase(enum.StrEnum):
+    """Where a load spends its time, on the loader thread (``ModelVersion.load_phases``)."""
+
+    READ = "read"  # a stored version's blobs, through the trust boundary
+    TRACE = "trace"  # convert and trace the pipeline into the IR, place it by the plan
+    BUCKETS = "buckets"  # compile (or load from the cache) and run each bucket once
+    PARITY = "parity"  # the parity gate against the source model
+    STORE = "store"  # an upload's blobs written to the store
+
+
 @dataclass(frozen=True)
 class LoadProgress:
     """How far a load has got: the loader thread replaces it whole, so a reader on the event
@@ -118,6 +128,8 @@ class ModelVersion:
     framework: dict[str, str] = field(default_factory=dict)
     parity: dict[str, Any] | None = None
     load_seconds: float | None = None
+    # Seconds of each phase on the loader thread; load_seconds also counts the wait for it.
+    load_phases: dict[LoadPhase, float] = field(default_factory=dict)
     record: VersionRecord | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
     executor: ThreadPoolExecutor | None = None
@@ -144,6 +156,7 @@ class ModelVersion:
             "framework": self.framework,
             "parity": self.parity,
             "load_seconds": self.load_seconds,
+            "load_phases": {phase.value: s for phase, s in self.load_phases.items()},
         }
         if self.error:
             out["error"] = self.error

@@ -419,6 +419,7 @@ def test_metrics_after_traffic(server: LiveServer, forest) -> None:
         "kestrel_rejections_total",
         "kestrel_compiles_total",
         "kestrel_model_load_duration_seconds_bucket",
+        "kestrel_model_load_phase_duration_seconds_bucket",
         "kestrel_model_info",
         "kestrel_models",
     ):

@@ -51,10 +51,24 @@ def _answers(server: LiveServer) -> list[Any]:
     return out
 
 
-def _plan(server: LiveServer) -> list[Any]:
+def _version(server: LiveServer) -> dict[str, Any]:
     (doc,) = server.client.get("/models/m", headers=server.admin).json()["versions"]
     assert doc["state"] == "READY", doc
-    return doc["plan"]
+    return doc
+
+
+def _plan(server: LiveServer) -> list[Any]:
+    return _version(server)["plan"]
+
+
+def _phases_add_up(server: LiveServer, phases: set[str]) -> None:
+    """The version reports the phases its load went through, and the loader thread's share
+    of the load is theirs: no phase left untimed, none counted twice."""
+    doc = _version(server)
+    assert set(doc["load_phases"]) == phases
+    assert 0 < sum(doc["load_phases"].values()) <= doc["load_seconds"]
+    for phase in phases:
+        assert server.metric("kestrel_model_load_phase_duration_seconds_count", phase=phase) == 1
 
 
 def test_replicas_follow_the_stored_plan_bit_for_bit_and_a_restart_compiles_nothing(
@@ -66,6 +80,7 @@ def test_replicas_follow_the_stored_plan_bit_for_bit_and_a_restart_compiles_noth
         r = a.register("m", sio.dumps(MODEL), options='{"max_batch": 64}')
         assert r.status_code == 201, r.text
         plan_a = _plan(a)
+        _phases_add_up(a, {"trace", "buckets", "parity", "store"})
         (graph,) = plan_a
         assert [p["bucket"] for p in graph] == [1, 2, 4, 8, 16, 32, 64]
         assert {p["runs_on"] for p in graph} <= {"host", "device"}
@@ -92,6 +107,7 @@ def test_replicas_follow_the_stored_plan_bit_for_bit_and_a_restart_compiles_noth
         try:
             assert _plan(b) == plan_a
             assert b.metric("kestrel_compiles_total") == 0
+            _phases_add_up(b, {"read", "trace", "buckets", "parity"})
             assert _answers(b) == answers_a
         finally:
             b.stop()
