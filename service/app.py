@@ -107,7 +107,7 @@ def _lifespan(
 ) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        runtime.start_preparing()
+        parts.manager.loader.prepare_runtime()
         tasks = [asyncio.create_task(_start(parts))]
         if parts.settings.poll_interval_s > 0:
             tasks.append(asyncio.create_task(_poll(parts.manager, parts.settings.poll_interval_s)))
@@ -229,7 +229,10 @@ def _admission(parts: Components) -> Admission:
 
 
 async def _start(parts: Components) -> None:
-    await parts.manager.recover()
+    try:
+        await parts.manager.recover()
+    finally:  # after the stored versions' loads, so that they do not share the core with it
+        runtime.start_building_kernels()
     if parts.preloader is not None:  # after recovery: a store already serving the file is reused
         await parts.preloader.run(parts.manager, parts.settings.register_wait_s)
     if parts.settings.demo_model:

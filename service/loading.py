@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import compiler
 import lazy as lz
-from service import artifacts, codecs, parity
+from service import artifacts, codecs, parity, runtime
 from service.metrics import Metrics
 from service.settings import Settings
 from service.store import ModelStore, VersionRecord
@@ -52,6 +52,10 @@ class Loader:
     def submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """Run ``fn(*args)`` on the loader thread, after the loads queued before it."""
         return asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+
+    def prepare_runtime(self) -> asyncio.Future[None]:
+        """The process's one-time work (:mod:`service.runtime`), queued before any load."""
+        return self.submit(runtime.prepare_logged)
 
     def shutdown(self) -> None:
         self._thread.shutdown(wait=False, cancel_futures=True)

@@ -1,10 +1,13 @@
-"""What a serving process prepares at start, off the request path.
+"""The process's one-time work, done as the server starts rather than by its first model load.
 
-The first registration of a fresh process would otherwise wait for one-time work: importing
-skops and its trusted types, starting the JAX backend, and building the native host kernels
-(:func:`lazy.warm_kernels`; seconds on a cold numba cache, which lives beside the executable
-cache). A background thread does it as the server starts; a registration that arrives meanwhile
-waits only for what is still under way (imports and numba compiles are locked, never repeated).
+Every load needs skops and its trusted types imported and the JAX backend started: that is the
+loader thread's first job (``Loader.prepare_runtime``), so loads queue behind it rather than
+share the interpreter with it, since both are mostly Python under one GIL. The native host
+kernels (:func:`lazy.warm_kernels`; seconds on a cold numba cache, which lives beside the
+executable cache) only tree and SVC models run, so they are built on a thread of their own once
+the stored versions are loaded (:func:`start_building_kernels`): a restart's loads do not
+contend with them, and a registration that arrives meanwhile waits only for the kernels it runs
+(numba compiles are locked, never repeated).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ log = logging.getLogger("kestrel.runtime")
 
 
 def prepare(backend: str = "jax") -> dict[str, float]:
-    """Do the one-time work of a first model load now; the seconds each step took."""
+    """Do the one-time work every model load needs now; the seconds each step took."""
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     import skops.io  # noqa: F401  (the import is the work)
@@ -30,23 +33,33 @@ def prepare(backend: str = "jax") -> dict[str, float]:
     t0 = time.perf_counter()
     lz.get_backend(backend).fingerprint()  # starts the backend's client and devices
     seconds["backend"] = time.perf_counter() - t0
-    seconds["native kernels"] = lz.warm_kernels()
     return seconds
 
 
-def start_preparing(backend: str = "jax") -> threading.Thread:
-    """:func:`prepare` on a daemon thread; a failure is logged, never fatal (a model load then
+def prepare_logged(backend: str = "jax") -> None:
+    """:func:`prepare`, its steps logged; a failure is logged, never raised (a model load then
     does the same work itself, and reports what fails there)."""
+    try:
+        seconds = prepare(backend)
+    except Exception:
+        log.exception("preparing the runtime failed; the first model load does it instead")
+        return
+    steps = ", ".join(f"{name} {s:.2f} s" for name, s in seconds.items())
+    log.info("runtime prepared: %s", steps)
+
+
+def start_building_kernels() -> threading.Thread:
+    """:func:`lazy.warm_kernels` on a daemon thread; a failure is logged, never fatal (a model
+    that runs a kernel then builds it itself)."""
 
     def run() -> None:
         try:
-            seconds = prepare(backend)
+            seconds = lz.warm_kernels()
         except Exception:
-            log.exception("preparing the runtime failed; the first model load does it instead")
+            log.exception("building the native kernels failed; the models that run them do")
             return
-        steps = ", ".join(f"{name} {s:.2f} s" for name, s in seconds.items())
-        log.info("runtime prepared: %s", steps)
+        log.info("native kernels ready: %.2f s", seconds)
 
-    thread = threading.Thread(target=run, name="kestrel-prepare", daemon=True)
+    thread = threading.Thread(target=run, name="kestrel-kernels", daemon=True)
     thread.start()
     return thread
