@@ -178,7 +178,7 @@ def _print_phases(results: list[Ready]) -> None:
     print("\nrestart loads by phase on the loader thread, seconds (first, next, last)\n")
     print(f"| checkout | model | {' | '.join(phases)} | sum |")
     print("|---|---|" + "---|" * (len(phases) + 1))
-    for r in results:
+    for r in (r for r in results if any(r.restart_phases)):
         cells = [", ".join(f"{load.get(p, 0.0):.2f}" for load in r.restart_phases) for p in phases]
         sums = ", ".join(f"{sum(load.values()):.2f}" for load in r.restart_phases)
         print(f"| {Path(r.checkout).name} | {r.model} | {' | '.join(cells)} | {sums} |")

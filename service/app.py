@@ -107,8 +107,8 @@ def _lifespan(
 ) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        parts.manager.loader.prepare_runtime()
-        tasks = [asyncio.create_task(_start(parts))]
+        prepared = parts.manager.loader.prepare_runtime()
+        tasks = [asyncio.create_task(_start(parts, prepared))]
         if parts.settings.poll_interval_s > 0:
             tasks.append(asyncio.create_task(_poll(parts.manager, parts.settings.poll_interval_s)))
         try:
@@ -228,10 +228,13 @@ def _admission(parts: Components) -> Admission:
     )
 
 
-async def _start(parts: Components) -> None:
+async def _start(parts: Components, prepared: asyncio.Future[None]) -> None:
     try:
         await parts.manager.recover()
-    finally:  # after the stored versions' loads, so that they do not share the core with it
+    finally:
+        # After the runtime's preparation and the stored versions' loads, so that neither
+        # shares the core with the kernel build (prepare_logged never raises).
+        await prepared
         runtime.start_building_kernels()
     if parts.preloader is not None:  # after recovery: a store already serving the file is reused
         await parts.preloader.run(parts.manager, parts.settings.register_wait_s)

@@ -5,9 +5,9 @@ loader thread's first job (``Loader.prepare_runtime``), so loads queue behind it
 share the interpreter with it, since both are mostly Python under one GIL. The native host
 kernels (:func:`lazy.warm_kernels`; seconds on a cold numba cache, which lives beside the
 executable cache) only tree and SVC models run, so they are built on a thread of their own once
-the stored versions are loaded (:func:`start_building_kernels`): a restart's loads do not
-contend with them, and a registration that arrives meanwhile waits only for the kernels it runs
-(numba compiles are locked, never repeated).
+the runtime is prepared and the stored versions are loaded (:func:`start_building_kernels`):
+neither contends with them, and a registration that arrives meanwhile waits only for the kernels
+it runs (numba compiles are locked, never repeated).
 """
 
 from __future__ import annotations
