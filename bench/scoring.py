@@ -382,7 +382,7 @@ def _bench_batch(
         # Interleaved, each round in a rotated order: every system sees the same machine noise.
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:
-            samples[name].append(_per_call_ms(active[name], config.min_time))
+            samples[name].append(per_call_ms(active[name], config.min_time))
     floor_ms = {}
     for name, values in samples.items():
         if name.startswith("floor:"):
@@ -417,7 +417,7 @@ def _call_ms(run: Callable[[], Any]) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
-def _per_call_ms(run: Callable[[], Any], min_time: float) -> float:
+def per_call_ms(run: Callable[[], Any], min_time: float) -> float:
     """Mean ms per call over at least ``min_time`` seconds (at least one call)."""
     calls = 0
     t0 = time.perf_counter()
