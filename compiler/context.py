@@ -168,13 +168,24 @@ class Context:
         if self._step is not None:
             self._step.detail = "; ".join(filter(None, [self._step.detail, detail]))
 
-    def decides_at(self, column: int, values: np.ndarray, kind: str) -> None:
+    def decides_at(
+        self,
+        column: int,
+        values: np.ndarray,
+        kind: str,
+        *,
+        float32_values: np.ndarray | None = None,
+        float32_nan_differs: bool = False,
+    ) -> None:
         """Record that the current step's answer may change at these raw float64 ``values`` of
-        input column ``column`` (the registration gate probes them)."""
+        input column ``column`` (the registration gate probes them), each a test ``x <= t``.
+        ``float32_values``: each test's ``t`` for raw values arriving as float32, where the
+        source computes on those differently; ``float32_nan_differs``: a missing value arriving
+        as float32 is decided otherwise (see :class:`~compiler.probes.DecisionPoints`)."""
         step = self._step
         where = f"{step.path} ({step.estimator})" if step is not None else self.path
-        points = DecisionPoints.of(column, values, where, kind)
-        if points.values.size:
+        points = DecisionPoints.of(column, values, where, kind, float32_values, float32_nan_differs)
+        if points.values.size or points.cuts is not None or float32_nan_differs:
             self.decisions.append(points)
 
     # -- values --------------------------------------------------------------------------------

@@ -19,9 +19,11 @@ T = TypeVar("T")
 class ColumnMap:
     """A computed column as a non-decreasing function of one raw input column.
 
-    ``steps`` replay, in float64 and in the source's own order of operations, what the fitted
-    steps did to raw column ``source`` (a scaler's ``(x - mean) / scale``, an imputer's fill),
-    each non-decreasing on non-NaN values. A decision the source makes on the computed value, such
+    ``steps`` replay, in the source's own order of operations, what the fitted steps did to raw
+    column ``source`` (a scaler's ``(x - mean) / scale``, an imputer's fill), each non-decreasing
+    on non-NaN values. Each step keeps its input's dtype and computes as the source computes on
+    input of that dtype: float64, or float32 (where scikit-learn's transformers keep float32 and
+    round after every operation; see :mod:`compiler.float32_inputs`). A decision the source makes on the computed value, such
     as a tree's ``v <= t``, is then a decision ``x <= t'`` on the raw value, with ``t'`` found once
     at compile time (:mod:`compiler.trees.folding`): exact, and the steps cost nothing per row.
     """
@@ -46,15 +48,19 @@ class ColumnMap:
         fill = float(value) if not self.steps else self.fill  # a later fill never sees NaN
         return ColumnMap(self.source, (*self.steps, step), self.fills_only, fill)
 
-    def __call__(self, raw: np.ndarray) -> np.ndarray:
-        v = np.asarray(raw, np.float64)
+    def __call__(self, raw: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
+        """The source's values for raw values ``raw`` arriving as ``dtype``, as float64."""
+        v = np.asarray(raw).astype(dtype)
         for step in self.steps:
-            v = np.asarray(step(v), np.float64)
-        return v
+            v = step(v)
+            if v.dtype != dtype:  # a step computing in another precision is not the source's
+                raise TypeError(f"a column map step turned {np.dtype(dtype)} into {v.dtype}")
+        return v.astype(np.float64)
 
 
 def _filler(value: float) -> Step:
-    return lambda v: np.where(np.isnan(v), value, v)
+    # scikit-learn writes the fill into the input's own array: float32 input rounds it.
+    return lambda v: np.where(np.isnan(v), v.dtype.type(value), v)
 
 
 @dataclass(frozen=True, eq=False)

@@ -14,6 +14,7 @@ from lazy.nan import nan_reaching_columns
 from .context import Context, check_fitted
 from .errors import SchemaError, UnsupportedError
 from .features import Features, Heads
+from .float32_inputs import Float32Inputs, arrives_float32
 from .options import METHODS, CompileOptions
 from .probes import DecisionPoints
 from .report import CompileReport
@@ -260,6 +261,10 @@ class CompiledModel:
         #: Where its answers may change, per raw input column (the parity gate probes these).
         self.decisions = traced.decisions
         self._dtype = np.dtype(traced.input_dtype)
+        #: How float32 input is moved to decide as the source does on it (None: as it is).
+        # (Decisions on raw columns read them as float64, so such a table is float64.)
+        self._float32 = Float32Inputs.of(traced.decisions) if self._dtype == np.float64 else None
+        self._numeric = [c.name for c in self.schema.columns if c.kind == "numeric"]
         self._decoders = _decoders(traced)
         if options.backend == "interpreter":
             self._runner = lambda feed: lz.run_program(traced.program, feed)
@@ -296,7 +301,13 @@ class CompiledModel:
     # The three phases of ``run``, separate so a server can batch the middle one across requests.
     def encode(self, data: Any) -> tuple[dict[str, np.ndarray], int]:
         """Host phase: ``data`` → the graph's input arrays (rows on axis 0) and the row count."""
-        return self.schema.to_feed(data, self._dtype)
+        return self._to_feed(data, check_nan=True)
+
+    def _to_feed(self, data: Any, *, check_nan: bool) -> tuple[dict[str, np.ndarray], int]:
+        feed, rows = self.schema.to_feed(data, self._dtype, check_nan=check_nan)
+        if self._float32 is not None and arrives_float32(data, self._numeric):
+            self._float32.apply(feed["x"], self.schema.names)  # a copy: the dtypes differ
+        return feed, rows
 
     def run_encoded(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Device phase: every compiled head on already-encoded inputs (raw class indices)."""
@@ -319,7 +330,7 @@ class CompiledModel:
                 f"this model was compiled without {method!r}; it has {list(self.methods)}"
             )
         on_output = method in self.nan_checked_on_output
-        feed, _ = self.schema.to_feed(data, self._dtype, check_nan=not on_output)
+        feed, _ = self._to_feed(data, check_nan=not on_output)
         raw = self._run_one(feed, method)
         # One pass over the output instead of the input. A NaN there without one in the input
         # (inf - inf inside the model) is no error: the input check finds nothing, the output

@@ -18,6 +18,7 @@ float64 (:mod:`compiler.precision`), so it decides as the source does up to floa
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -25,6 +26,7 @@ import lazy as lz
 
 from .context import Context
 from .features import ColumnMap, Features
+from .float32_inputs import floor32
 
 #: A test of computed values ``v`` against fitted values ``e`` (same shapes, float64).
 Test = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -64,23 +66,39 @@ def largest_satisfying(
 
 
 def fold(
-    mapping: ColumnMap | None, values: np.ndarray, holds: Test
+    mapping: ColumnMap | None, values: np.ndarray, holds: Test, dtype: Any = np.float64
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """For 1-D fitted ``values`` and a test ``holds(v, e)`` true on a down-set of ``v``: per
-    value the largest raw float64 ``x`` with ``holds(g(x), e)`` (``g``: ``mapping``, None the
-    identity), -inf where none holds (then only -inf itself compares at most it: the source
-    rejects infinite input wherever a step maps a column); and the test's answers for a NaN
-    ``x`` where ``g`` gives NaN a value (an imputer's fill), None where ``g(NaN)`` is NaN."""
+    value the largest raw ``x`` with ``holds(g(x), e)`` (``g``: ``mapping`` as the source
+    computes it on input of ``dtype``, None the identity), -inf where none holds (then only -inf
+    itself compares at most it: the source rejects infinite input wherever a step maps a
+    column); and the test's answers for a NaN ``x`` where ``g`` gives NaN a value (an imputer's
+    fill), None where ``g(NaN)`` is NaN.
+
+    ``dtype`` float32: ``x`` ranges over the float32 values (returned as float64), for raw
+    values that arrive as float32 (:mod:`compiler.float32_inputs`)."""
     g = mapping if mapping is not None else ColumnMap(0)
     values = np.asarray(values, np.float64)
+    # Over the float64 line, x stands for the float32 at or below it: still a down-set.
+    on_line = floor32 if np.dtype(dtype) == np.float32 else (lambda x: x)
     with np.errstate(all="ignore"):
-        largest, some = largest_satisfying(lambda x: holds(g(x), values), len(values))
-        nan_value = g(np.array([np.nan]))[0]
-    t = np.where(some, largest, -np.inf)
+        largest, some = largest_satisfying(
+            lambda x: holds(g(on_line(x), dtype), values), len(values)
+        )
+        nan_value = g(np.array([np.nan]), dtype)[0]
+    t = np.where(some, on_line(largest), -np.inf)
     if np.isnan(nan_value):
         return t, None
     with np.errstate(all="ignore"):
         return t, np.asarray(holds(np.full(len(values), nan_value), values), bool)
+
+
+def answers_differ(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    """Whether two of :func:`fold`'s answers for a NaN (None: the source's missing direction)
+    differ."""
+    if a is None or b is None:
+        return (a is None) != (b is None)
+    return bool((np.asarray(a) != np.asarray(b)).any())
 
 
 def computed_as_source(features: Features, columns: Iterable[int], ctx: Context) -> None:

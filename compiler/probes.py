@@ -14,21 +14,46 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .float32_inputs import floor32
+
 
 @dataclass(frozen=True)
 class DecisionPoints:
     """Raw values of input column ``column`` at which step ``step`` decides (``kind``: what the
-    source compares there, e.g. ``split threshold``)."""
+    source compares there, e.g. ``split threshold``).
+
+    Each test is ``x <= t``: ``values`` are the ``t`` of float64 input. Where the source computes
+    on float32 input differently (a scaler rounding to float32 before the test), ``cuts`` pairs
+    each test's ``t`` for float64 input with its ``t`` for float32 input, and
+    ``float32_nan_differs`` says a missing value goes another way on float32 input (see
+    :mod:`compiler.float32_inputs`). None: every test flips at the same raw value either way."""
 
     column: int
     values: np.ndarray  # float64, finite, sorted, unique
     step: str
     kind: str
+    cuts: np.ndarray | None = None  # (k, 2) float64: (float64 input's t, float32 input's t)
+    float32_nan_differs: bool = False
 
     @classmethod
-    def of(cls, column: int, values: np.ndarray, step: str, kind: str) -> DecisionPoints:
+    def of(
+        cls,
+        column: int,
+        values: np.ndarray,
+        step: str,
+        kind: str,
+        float32_values: np.ndarray | None = None,
+        float32_nan_differs: bool = False,
+    ) -> DecisionPoints:
         v = np.asarray(values, np.float64).ravel()
-        return cls(int(column), np.unique(v[np.isfinite(v)]), step, kind)
+        cuts = None
+        if float32_values is not None:
+            pairs = np.stack([v, np.asarray(float32_values, np.float64).ravel()], axis=1)
+            pairs = np.unique(pairs[~np.isnan(pairs).any(axis=1)], axis=0)
+            # Thresholds with no float32 value between them decide float32 values alike.
+            lo, hi = pairs.min(axis=1), pairs.max(axis=1)
+            cuts = pairs if (floor32(hi) > lo).any() else None
+        return cls(int(column), np.unique(v[np.isfinite(v)]), step, kind, cuts, float32_nan_differs)
 
 
 def neighbourhood(values: np.ndarray, steps: int = 2) -> np.ndarray:

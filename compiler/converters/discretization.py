@@ -26,7 +26,7 @@ import lazy as lz
 
 from ..context import Context
 from ..features import ColumnMap, Features, Heads
-from ..monotone import Test, computed_as_source, fold, raw_matrix
+from ..monotone import Test, answers_differ, computed_as_source, fold, raw_matrix
 from ..registry import register, unsupported_param
 from ..trees import float32_floor
 from ._sorted import padded
@@ -103,12 +103,18 @@ class ExactTests:
         mask = self.ctx.const(np.asarray(computed), "bool")
         return lz.where(mask, lz.cast(values, "float64"), self.x)
 
-    def thresholds(self, values: np.ndarray, test: Test) -> tuple[np.ndarray, np.ndarray | None]:
+    def thresholds(
+        self, values: np.ndarray, test: Test
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]:
         """For (F, E) fitted ``values`` (NaN: no test, never true): the (F, E) float64 ``t``
         with ``test(v, e)`` iff ``x > t``, and (F, E) answers for NaN ``x`` where a map gives
-        NaN a value (None where none does)."""
+        NaN a value (None where none does); then the same ``t`` for raw values arriving as
+        float32, and per column whether such a NaN is answered otherwise
+        (:mod:`compiler.float32_inputs`)."""
         values = np.asarray(values, np.float64)
         t = np.full(values.shape, np.nan)
+        t32 = np.full(values.shape, np.nan)
+        nan_differs = np.zeros(values.shape[0], bool)
         nan_answer = np.zeros(values.shape, bool)
         some_nan_value = False
         groups: list[tuple[list[int], ColumnMap | None]] = [
@@ -120,20 +126,30 @@ class ExactTests:
             real = ~np.isnan(e)
             if not real.any():
                 continue
+
+            def fails(v: np.ndarray, e: np.ndarray) -> np.ndarray:
+                return ~np.asarray(test(v, e))
+
             block = np.full(e.shape, np.nan)
-            block[real], nan_fails = fold(mapping, e[real], lambda v, e: ~np.asarray(test(v, e)))
+            block[real], nan_fails = fold(mapping, e[real], fails)
             t[columns] = block
+            if mapping is None:  # raw columns: float32 values are tested as their float64
+                t32[columns] = block
+            else:
+                block[real], nan_fails32 = fold(mapping, e[real], fails, np.float32)
+                t32[columns] = block
+                nan_differs[columns] = answers_differ(nan_fails, nan_fails32)
             if nan_fails is not None:
                 some_nan_value = True
                 row = np.zeros(e.shape, bool)
                 row[real] = ~nan_fails
                 nan_answer[columns] = row
-        return t, (nan_answer if some_nan_value else None)
+        return t, (nan_answer if some_nan_value else None), t32, nan_differs
 
     def passes(self, values: np.ndarray, test: Test, name: str) -> lz.LazyTensor:
         """(B, F, E) bool: ``test(v[:, f], values[f, e])`` as the source decides it."""
-        t, nan_answer = self.thresholds(values, test)
-        self._record(t, name)
+        t, nan_answer, t32, nan_differs = self.thresholds(values, test)
+        self._record(t, name, t32, nan_differs)
         x = lz.expand_dims(self.x, 2)
         passed = x >= self.ctx.param(_smallest_passing(t, self.x.dtype), name, dtype=self.x.dtype)
         if nan_answer is not None:
@@ -141,12 +157,19 @@ class ExactTests:
             passed = lz.where(lz.isnan(x), constant, passed)
         return passed
 
-    def _record(self, t: np.ndarray, name: str) -> None:
+    def _record(self, t: np.ndarray, name: str, t32: np.ndarray, nan_differs: np.ndarray) -> None:
         """Record where the tests flip on each raw column: ``t`` is the source's own boundary
-        on the raw float64 line (its test replayed through the column's map)."""
+        on the raw float64 line (its test replayed through the column's map), ``t32`` the same
+        for raw values arriving as float32."""
         for j, source in enumerate(self.sources):
             if source is not None:
-                self.ctx.decides_at(source, t[j], f"{name} test")
+                self.ctx.decides_at(
+                    source,
+                    t[j],
+                    f"{name} test",
+                    float32_values=t32[j],
+                    float32_nan_differs=bool(nan_differs[j]),
+                )
 
     def count(self, values: np.ndarray, test: Test, name: str) -> lz.LazyTensor:
         """(B, F) int32: how many of each column's ``values`` pass ``test``."""

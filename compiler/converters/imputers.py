@@ -122,7 +122,7 @@ def _flags(est: Any, features: Features, ctx: Context) -> Features:
 
 
 def _is_missing(v: np.ndarray) -> np.ndarray:
-    return np.isnan(v).astype(np.float64)
+    return np.isnan(v).astype(v.dtype)
 
 
 def _filled_maps(features: Features, fills: np.ndarray) -> tuple[ColumnMap | None, ...]:

@@ -313,7 +313,8 @@ def _raw_scores(booster: Any, features: Features, ctx: Context) -> tuple[lz.Lazy
 
 def _zero_band(v: np.ndarray) -> np.ndarray:
     """LightGBM's reading of a dense value: ``|x| <= kZeroThreshold`` is 0.0 (non-decreasing)."""
-    return np.where(np.abs(v) <= ZERO, 0.0, v)
+    # LightGBM reads float32 input as doubles: the band is tested in float64 either way.
+    return np.where(np.abs(v).astype(np.float64) <= ZERO, v.dtype.type(0), v)
 
 
 def _squeeze(out: lz.LazyTensor) -> lz.LazyTensor:

@@ -24,19 +24,33 @@ from ..features import Features, Heads, Step
 from ..registry import register, unsupported_param
 from .discretization import ExactTests, above
 
-#: A per-column non-decreasing map: replayed in float64 for the decisions that read it.
-FOLDED = "folded into the tree splits, bin edges and knots that read it (exact for float64 inputs)"
+#: A per-column non-decreasing map: replayed for the decisions that read it.
+FOLDED = (
+    "folded into the tree splits, bin edges and knots that read it (exact for float64 and "
+    "float32 inputs)"
+)
 
 
 @register(StandardScaler, methods=("transform",), limits="dense input", exactness=FOLDED)
 def standard_scaler(est: Any, features: Features, ctx: Context) -> Heads:
     center = est.mean_ if est.with_mean else None
     scale = est.scale_ if est.with_std else None
-    return _center_and_scale(features, center, scale, ctx)
+    return _center_and_scale(features, center, scale, ctx, params_in_input_dtype=True)
 
 
-def _center_and_scale(features: Features, center: Any, scale: Any, ctx: Context) -> Heads:
-    """``(x - center) / scale`` as scikit-learn computes it (either may be None: skipped)."""
+def _center_and_scale(
+    features: Features,
+    center: Any,
+    scale: Any,
+    ctx: Context,
+    *,
+    params_in_input_dtype: bool = False,
+) -> Heads:
+    """``(x - center) / scale`` as scikit-learn computes it (either may be None: skipped).
+
+    On float32 input the source subtracts and divides in place, rounding to float32 after each:
+    StandardScaler with its parameters first cast to float32 (``params_in_input_dtype``), the
+    others with the float64 parameters."""
     x = features.values
     if center is not None:
         x = x - ctx.param(center, "center")
@@ -47,9 +61,13 @@ def _center_and_scale(features: Features, center: Any, scale: Any, ctx: Context)
 
     def replay(j: int) -> Step:  # non-decreasing: scale_ > 0 (zero variances are scaled by 1)
         def step(v: np.ndarray) -> np.ndarray:
+            if params_in_input_dtype:
+                if c is not None:
+                    v = v - c[j].astype(v.dtype)
+                return v if s is None else v / s[j].astype(v.dtype)
             if c is not None:
-                v = v - c[j]
-            return v if s is None else v / s[j]
+                v = _in_place(v, np.subtract, c[j])
+            return v if s is None else _in_place(v, np.divide, s[j])
 
         return step
 
@@ -69,12 +87,17 @@ def min_max_scaler(est: Any, features: Features, ctx: Context) -> Heads:
             return None
 
         def step(v: np.ndarray) -> np.ndarray:
-            v = v * scale[j] + shift[j]
-            return np.clip(v, low, high) if est.clip else v
+            v = _in_place(_in_place(v, np.multiply, scale[j]), np.add, shift[j])
+            return np.clip(v, v.dtype.type(low), v.dtype.type(high)) if est.clip else v
 
         return step
 
     return Heads.transformed(features.mapped(x, replay))
+
+
+def _in_place(v: np.ndarray, op: np.ufunc, param: np.float64) -> np.ndarray:
+    """``v op= param`` as numpy computes it in place: in float64, rounded to ``v``'s dtype."""
+    return op(v.astype(np.float64), param).astype(v.dtype)
 
 
 @register(MaxAbsScaler, methods=("transform",), limits="dense input; `clip`", exactness=FOLDED)

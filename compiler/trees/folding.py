@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +29,7 @@ import lazy as lz
 
 from ..context import Context
 from ..features import ColumnMap, Features
-from ..monotone import Test, computed_as_source, fold, raw_matrix
+from ..monotone import Test, answers_differ, computed_as_source, fold, raw_matrix
 from .model import Ensemble, Tree
 from .strategies import leaf_sum
 
@@ -51,11 +52,12 @@ def _comparison(float32_inputs: bool) -> Test:
 
 
 def _fold_splits(
-    mapping: ColumnMap, thresholds: np.ndarray, float32_inputs: bool
+    mapping: ColumnMap, thresholds: np.ndarray, float32_inputs: bool, dtype: Any = np.float64
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """(raw thresholds ``t'`` with ``P(g(x))`` iff ``x <= t'``; where a NaN goes: True left,
-    False right, None as the source's missing direction)."""
-    return fold(mapping, thresholds, _comparison(float32_inputs))
+    False right, None as the source's missing direction), for raw values arriving as
+    ``dtype``."""
+    return fold(mapping, thresholds, _comparison(float32_inputs), dtype)
 
 
 def exact_splits(
@@ -88,16 +90,11 @@ def exact_splits(
     # computed (in float64, the precision every split now compares in).
     order = sorted(read)
     x, column = raw_matrix(features, ctx, order, [mapped[f] for f in order])
-    trees = _fold_trees(ensemble, maps, mapped, column)
+    trees = _fold_trees(ensemble, maps, mapped, column, ctx)
     folded = sum(1 for f in read if mapped[f] and maps[f].steps)  # type: ignore[union-attr]
     result = Ensemble(trees, int(x.shape[1]), float32_inputs=False, in_order=ensemble.in_order)
-    raw: list[int | None] = [None] * int(x.shape[1])
-    for f in order:
-        if mapped[f]:
-            raw[column[f]] = maps[f].source  # type: ignore[union-attr]
-    record_thresholds(result, raw, ctx)
     ctx.note(
-        f"splits exact in float64 on {sum(r is not None for r in raw)} raw columns"
+        f"splits exact in float64 on {len({column[f] for f in order if mapped[f]})} raw columns"
         + (f" ({folded} computed features folded into thresholds)" if folded else "")
     )
     return result, x
@@ -119,9 +116,11 @@ def _fold_trees(
     maps: tuple[ColumnMap | None, ...],
     mapped: list[bool],
     column: dict[int, int],
+    ctx: Context,
 ) -> tuple[Tree, ...]:
     """Every tree reading matrix columns ``column[f]``, its splits on mapped features folded:
-    one bisection per feature over the thresholds of all trees."""
+    one bisection per feature over the thresholds of all trees, and one more for raw values
+    arriving as float32; each mapped feature's thresholds recorded on its raw column."""
     trees = ensemble.trees
     splits = [~t.is_leaf for t in trees]
     feature = [t.feature.copy() for t in trees]
@@ -138,11 +137,21 @@ def _fold_trees(
             continue
         t = np.concatenate([tree.threshold[n] for tree, n in zip(trees, nodes, strict=True)])
         if mapping.fills_only and not ensemble.float32_inputs:
-            # ``v <= t`` on the raw value or a fill: the thresholds stand, NaN goes as the fill.
-            fill = mapping(np.array([np.nan]))[0]
+            # ``v <= t`` on the raw value or a fill: the thresholds stand, NaN goes as the fill
+            # (on float32 input, the fill as float32).
+            fill, fill32 = (mapping(np.array([np.nan]), d)[0] for d in (np.float64, np.float32))
             folded, nan_left = t, (None if np.isnan(fill) else fill <= t)
+            t32, nan_left32 = t, (None if np.isnan(fill32) else fill32 <= t)
         else:
             folded, nan_left = _fold_splits(mapping, t, ensemble.float32_inputs)
+            t32, nan_left32 = _fold_splits(mapping, t, ensemble.float32_inputs, np.float32)
+        ctx.decides_at(
+            mapping.source,
+            folded,
+            "split threshold",
+            float32_values=t32,
+            float32_nan_differs=answers_differ(nan_left, nan_left32),
+        )
         at = np.cumsum([0, *(len(n) for n in nodes)])
         for i, n in enumerate(nodes):
             threshold[i][n] = folded[at[i] : at[i + 1]]
