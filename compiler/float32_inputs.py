@@ -179,6 +179,8 @@ _KERNEL: Any = None
 
 
 def _kernel() -> Any:
+    """The native look-up, built on the first float32 input a process scores (most scoring
+    input is float64: JSON rows); numba caches the build on disk for the next process."""
     global _KERNEL
     if _KERNEL is None:
         _KERNEL = native.compile_kernel(_listed_hits)
@@ -210,8 +212,6 @@ class Float32Inputs:
         object.__setattr__(
             self, "_values", np.concatenate(values) if values else np.zeros(0, np.uint64)
         )
-        if listed and native.AVAILABLE:  # built now, not on the first float32 request
-            self._hits(np.zeros((1, max(s.column for s in listed) + 1)))
 
     def _hits(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Rows and indices into the listed columns of the values of ``x`` that are listed."""
