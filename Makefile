@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SERVE_STAMP := $(VENV)/.installed-serve
 STAMP := $(VENV)/.installed-test
 
-.PHONY: run test test-slow test-overload tools lint format docs bench bench-http clean distclean
+.PHONY: run test test-slow test-overload tools lint format docs bench bench-http device-wheels clean distclean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +68,14 @@ bench: $(STAMP)
 bench-http: $(STAMP)
 	bash .ci/install-tools wrk
 	$(BIN)/python bench/load.py --out bench-results/load.json --doc docs/performance-http.md
+
+# Wheels bench/device.sh installs on a lent GPU machine (its image runs Python 3.12): this
+# environment's scikit-learn and LightGBM.
+device-wheels: $(STAMP)
+	mkdir -p .gpu/wheels
+	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+	  --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .gpu/wheels \
+	  "scikit-learn==$$($(BIN)/python -c 'import sklearn; print(sklearn.__version__)')" lightgbm
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .kestrel-cache
