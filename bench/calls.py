@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -90,24 +91,21 @@ def measure(args: argparse.Namespace) -> dict[tuple[str, str], tuple[Counts, int
             for model in args.models:
                 target = make_target("kestrel", url, model, rows)
                 check_answer(target, models[model].predict_proba(rows))
-                run_wrk(  # warm: caches, JIT paths, connection pools
-                    wrk,
-                    target,
-                    connections=args.concurrency,
-                    duration_s=2,
-                    cpu=client_cpu,
-                    workdir=workdir,
-                )
+
+                def load(seconds: float, target: object = target) -> Any:
+                    return run_wrk(
+                        wrk,
+                        target,
+                        connections=args.concurrency,
+                        duration_s=seconds,
+                        cpu=client_cpu,
+                        workdir=workdir,
+                    )
+
+                load(2)  # warm: caches, JIT paths, connection pools
                 out.unlink(missing_ok=True)
                 os.kill(pid, signal.SIGUSR1)
-                result = run_wrk(
-                    wrk,
-                    target,
-                    connections=args.concurrency,
-                    duration_s=args.duration,
-                    cpu=client_cpu,
-                    workdir=workdir,
-                )
+                result = load(args.duration)
                 os.kill(pid, signal.SIGUSR2)
                 _wait_for(out)
                 counts: Counts = collections.Counter(

@@ -23,9 +23,10 @@ class ColumnMap:
     column ``source`` (a scaler's ``(x - mean) / scale``, an imputer's fill), each non-decreasing
     on non-NaN values. Each step keeps its input's dtype and computes as the source computes on
     input of that dtype: float64, or float32 (where scikit-learn's transformers keep float32 and
-    round after every operation; see :mod:`compiler.float32_inputs`). A decision the source makes on the computed value, such
-    as a tree's ``v <= t``, is then a decision ``x <= t'`` on the raw value, with ``t'`` found once
-    at compile time (:mod:`compiler.trees.folding`): exact, and the steps cost nothing per row.
+    round after every operation; see :mod:`compiler.float32_inputs`). A decision the source
+    makes on the computed value, such as a tree's ``v <= t``, is then a decision ``x <= t'`` on
+    the raw value, with ``t'`` found once at compile time (:mod:`compiler.trees.folding`): exact,
+    and the steps cost nothing per row.
     """
 
     source: int

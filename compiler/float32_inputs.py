@@ -35,18 +35,19 @@ if TYPE_CHECKING:
     from .probes import DecisionPoints
 
 
-def floor32(x: np.ndarray) -> np.ndarray:
-    """The largest float32 value at most each float64 ``x`` (NaN stays NaN), as float64."""
-    x = np.asarray(x, np.float64)
+def float32_floor(threshold: Any) -> np.ndarray:
+    """The largest float32 ``t32 <= t``: for every float32 x, ``x <= t`` iff ``x <= t32``."""
+    t = np.asarray(threshold, np.float64)
     with np.errstate(over="ignore"):
-        y = x.astype(np.float32)
-    y = np.where(y.astype(np.float64) > x, np.nextafter(y, np.float32(-np.inf)), y)
-    return y.astype(np.float64)
+        t32 = t.astype(np.float32)
+    above = t32.astype(np.float64) > t
+    t32[above] = np.nextafter(t32[above], np.float32(-np.inf))
+    return t32
 
 
 def _ceil32(x: np.ndarray) -> np.ndarray:
     """The smallest float32 value at least each float64 ``x``, as float64."""
-    return -floor32(-np.asarray(x, np.float64))
+    return -float32_floor(-np.asarray(x, np.float64)).astype(np.float64)
 
 
 def _key32(v: np.ndarray) -> np.ndarray:
@@ -97,7 +98,7 @@ class ColumnShift:
         low[0] = -np.inf  # nothing to stay above: -inf stays -inf
         # A float32 value in the range where there is one, so that a step reading the column
         # as float32 sees a float32 value of the source's decision too.
-        low32, high32 = _ceil32(low), floor32(above)
+        low32, high32 = _ceil32(low), float32_floor(above).astype(np.float64)
         snap = low32 <= high32
         low = np.where(snap, low32, low)
         high = np.where(snap, high32, above)
@@ -122,7 +123,7 @@ def _between(pairs: np.ndarray) -> np.ndarray | None:
     there are more than :data:`MAX_LISTED`."""
     lo, hi = pairs.min(axis=1), pairs.max(axis=1)
     with np.errstate(over="ignore"):
-        first, last = _key32(_ceil32(np.nextafter(lo, np.inf))), _key32(floor32(hi))
+        first, last = _key32(_ceil32(np.nextafter(lo, np.inf))), _key32(float32_floor(hi))
     count = np.maximum(last - first + 1, 0)
     if count.sum() > MAX_LISTED:
         return None
@@ -187,31 +188,23 @@ def _kernel() -> Any:
     return _KERNEL
 
 
-@dataclass(frozen=True)
 class Float32Inputs:
     """The shifts of a model's raw columns for float32 input, and the columns whose missing
-    values float32 input decides otherwise."""
+    values float32 input decides otherwise; with the hash of the listed columns' values."""
 
-    shifts: tuple[ColumnShift, ...]
-    nan_differs: frozenset[int]
-
-    def __post_init__(self) -> None:
-        listed = [s for s in self.shifts if s.listed is not None]
-        salts = (np.arange(len(listed), dtype=np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F))[None, :]
+    def __init__(self, shifts: Sequence[ColumnShift], nan_differs: frozenset[int]) -> None:
+        self.shifts, self.nan_differs = tuple(shifts), nan_differs
+        self._listed = [s for s in self.shifts if s.listed is not None]
+        self._columns = np.asarray([s.column for s in self._listed], np.intp)
+        self._salts = np.arange(len(self._listed), dtype=np.uint64)[None, :]
+        self._salts *= np.uint64(0xC2B2AE3D27D4EB4F)
+        values = [_bits(s.listed) for s in self._listed]  # type: ignore[arg-type]
         flags = np.zeros(1 << _HASH_BITS, bool)
-        values = [_bits(s.listed) for s in listed]  # type: ignore[arg-type]
         for i, v in enumerate(values):
-            flags[_hash(v, salts[0, i])] = True
-        table = np.packbits(flags, bitorder="little")
-        object.__setattr__(self, "_listed", listed)
-        object.__setattr__(self, "_columns", np.asarray([s.column for s in listed], np.intp))
-        object.__setattr__(self, "_salts", salts)
-        object.__setattr__(self, "_table", table)
-        starts = np.cumsum([0, *(len(v) for v in values)]).astype(np.int64)  # type: ignore[arg-type]
-        object.__setattr__(self, "_starts", starts)
-        object.__setattr__(
-            self, "_values", np.concatenate(values) if values else np.zeros(0, np.uint64)
-        )
+            flags[_hash(v, self._salts[0, i])] = True
+        self._table = np.packbits(flags, bitorder="little")
+        self._starts = np.cumsum([0, *map(len, values)]).astype(np.int64)
+        self._values = np.concatenate(values) if values else np.zeros(0, np.uint64)
 
     def _hits(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Rows and indices into the listed columns of the values of ``x`` that are listed."""

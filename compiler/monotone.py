@@ -26,7 +26,7 @@ import lazy as lz
 
 from .context import Context
 from .features import ColumnMap, Features
-from .float32_inputs import floor32
+from .float32_inputs import float32_floor
 
 #: A test of computed values ``v`` against fitted values ``e`` (same shapes, float64).
 Test = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -80,13 +80,13 @@ def fold(
     g = mapping if mapping is not None else ColumnMap(0)
     values = np.asarray(values, np.float64)
     # Over the float64 line, x stands for the float32 at or below it: still a down-set.
-    on_line = floor32 if np.dtype(dtype) == np.float32 else (lambda x: x)
+    on_line = float32_floor if np.dtype(dtype) == np.float32 else (lambda x: x)
     with np.errstate(all="ignore"):
         largest, some = largest_satisfying(
             lambda x: holds(g(on_line(x), dtype), values), len(values)
         )
         nan_value = g(np.array([np.nan]), dtype)[0]
-    t = np.where(some, on_line(largest), -np.inf)
+    t = np.where(some, np.asarray(on_line(largest), np.float64), -np.inf)
     if np.isnan(nan_value):
         return t, None
     with np.errstate(all="ignore"):

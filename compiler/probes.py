@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .float32_inputs import floor32
+from .float32_inputs import float32_floor
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class DecisionPoints:
             pairs = np.unique(pairs[~np.isnan(pairs).any(axis=1)], axis=0)
             # Thresholds with no float32 value between them decide float32 values alike.
             lo, hi = pairs.min(axis=1), pairs.max(axis=1)
-            cuts = pairs if (floor32(hi) > lo).any() else None
+            cuts = pairs if (float32_floor(hi) > lo).any() else None
         return cls(int(column), np.unique(v[np.isfinite(v)]), step, kind, cuts, float32_nan_differs)
 
 

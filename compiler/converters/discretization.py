@@ -117,6 +117,10 @@ class ExactTests:
         nan_differs = np.zeros(values.shape[0], bool)
         nan_answer = np.zeros(values.shape, bool)
         some_nan_value = False
+
+        def fails(v: np.ndarray, e: np.ndarray) -> np.ndarray:
+            return ~np.asarray(test(v, e))
+
         groups: list[tuple[list[int], ColumnMap | None]] = [
             ([j for j in range(self.width) if self.maps[j] is None], None)
         ]
@@ -126,10 +130,6 @@ class ExactTests:
             real = ~np.isnan(e)
             if not real.any():
                 continue
-
-            def fails(v: np.ndarray, e: np.ndarray) -> np.ndarray:
-                return ~np.asarray(test(v, e))
-
             block = np.full(e.shape, np.nan)
             block[real], nan_fails = fold(mapping, e[real], fails)
             t[columns] = block

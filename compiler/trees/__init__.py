@@ -4,8 +4,9 @@ sum its leaf values."""
 
 from __future__ import annotations
 
+from ..float32_inputs import float32_floor
 from .folding import leaf_sum_on
-from .model import Ensemble, Tree, float32_floor, from_hist_predictor, from_sklearn_tree
+from .model import Ensemble, Tree, from_hist_predictor, from_sklearn_tree
 from .strategies import STRATEGIES, choose, leaf_sum
 
 __all__ = [

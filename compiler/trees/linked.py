@@ -10,7 +10,8 @@ import numpy as np
 import lazy as lz
 
 from ..context import Context
-from .model import Ensemble, float32_floor
+from ..float32_inputs import float32_floor
+from .model import Ensemble
 from .splits import compare_dtype
 
 

@@ -157,16 +157,6 @@ class Ensemble:
         )
 
 
-def float32_floor(threshold: Any) -> np.ndarray:
-    """The largest float32 ``t32 <= t``: for every float32 x, ``x <= t`` iff ``x <= t32``."""
-    t = np.asarray(threshold, np.float64)
-    with np.errstate(over="ignore"):
-        t32 = t.astype(np.float32)
-    above = t32.astype(np.float64) > t
-    t32[above] = np.nextafter(t32[above], np.float32(-np.inf))
-    return t32
-
-
 def from_sklearn_tree(tree: Any, value: np.ndarray, feature_map: np.ndarray | None = None) -> Tree:
     """A scikit-learn ``tree_`` (``sklearn.tree._tree.Tree``) with leaf vectors ``value``.
 
