@@ -15,12 +15,15 @@ The baseline is a git revision, checked out into a temporary worktree (``--basel
 full run of that bench fits them): this checkout against an older one on the benchmark's own
 models, scored on its held-out rows.
 
+``--options``: CompileOptions for this checkout's compiles only, as JSON (``'{"split_codes":
+true}'`` against ``--baseline HEAD``: one option on against off, same code).
+
 ``--lowering``: ``auto`` times what warm-up places (host kernels or XLA per bucket, by timing, so
 two runs of one checkout may differ); ``xla`` and ``host`` pin every bucket to one, so that the
 two checkouts are compared like for like.
 
 Usage: python bench/exactness.py [--baseline REV] [--batches 1,10000] [--rounds R]
-       [--lowering auto|xla|host] [--pipelines a,b]
+       [--lowering auto|xla|host] [--pipelines a,b] [--options JSON]
 """
 
 from __future__ import annotations
@@ -155,7 +158,9 @@ LOWERINGS: dict[str, dict[str, Any]] = {
 }
 
 
-def serve(name: str, batches: list[int], lowering: str = "auto") -> None:
+def serve(
+    name: str, batches: list[int], lowering: str = "auto", extra: dict[str, Any] | None = None
+) -> None:
     """Runs inside a checkout: fit, compile and check one pipeline, print that as a JSON line,
     then answer each ``<batch> <calls>`` line on stdin with the seconds of each call (JSON)."""
     import numpy as np
@@ -164,7 +169,7 @@ def serve(name: str, batches: list[int], lowering: str = "auto") -> None:
 
     model, frame = _fit(name)
     t0 = time.perf_counter()
-    options = compiler.CompileOptions(max_batch=1024, **LOWERINGS[lowering])
+    options = compiler.CompileOptions(max_batch=1024, **LOWERINGS[lowering], **(extra or {}))
     compiled = compiler.compile(model, options=options)
     compile_s = time.perf_counter() - t0
     probe = _probe_rows(frame, 5000)
@@ -188,11 +193,18 @@ def serve(name: str, batches: list[int], lowering: str = "auto") -> None:
 class _Worker:
     """One checkout's :func:`serve` in a process on core 0 (both checkouts share it)."""
 
-    def __init__(self, checkout: Path, name: str, batches: list[int], lowering: str) -> None:
+    def __init__(
+        self,
+        checkout: Path,
+        name: str,
+        batches: list[int],
+        lowering: str,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         env = {**os.environ, **ONE_THREAD, "PYTHONPATH": str(checkout)}
         code = (
             f"import sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); import exactness; "
-            f"exactness.serve({name!r}, {batches!r}, {lowering!r})"
+            f"exactness.serve({name!r}, {batches!r}, {lowering!r}, {extra!r})"
         )
         self.process = subprocess.Popen(
             ["taskset", "-c", "0", sys.executable, "-c", code],
@@ -224,7 +236,12 @@ class _Worker:
 
 
 def _paired(
-    checkouts: dict[str, Path], name: str, batches: list[int], rounds: int, lowering: str
+    checkouts: dict[str, Path],
+    name: str,
+    batches: list[int],
+    rounds: int,
+    lowering: str,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Both checkouts' pipeline timed in alternating rounds of a few calls, the order switched
     each round, so that drift of a shared machine hits both alike: per batch the medians and
@@ -232,7 +249,8 @@ def _paired(
     workers: dict[str, _Worker] = {}
     try:
         for label, checkout in checkouts.items():  # one by one: a failed start stops the others
-            workers[label] = _Worker(checkout, name, batches, lowering)
+            options = extra if label == "exact" else None
+            workers[label] = _Worker(checkout, name, batches, lowering, options)
         times: dict[str, dict[int, list[float]]] = {k: {b: [] for b in batches} for k in workers}
         ratios: dict[int, list[float]] = {b: [] for b in batches}
         order = list(workers)
@@ -265,7 +283,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=40, help="paired rounds per batch")
     parser.add_argument("--pipelines", default=",".join(PIPELINES))
     parser.add_argument("--lowering", default="auto", choices=sorted(LOWERINGS))
+    parser.add_argument(
+        "--options", default="{}", help="CompileOptions of this checkout only, as JSON"
+    )
     args = parser.parse_args()
+    extra = json.loads(args.options)
     batches = [int(b) for b in args.batches.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "baseline"
@@ -278,7 +300,7 @@ def main() -> None:
             checkouts = {"baseline": base, "exact": ROOT}
             for name in args.pipelines.split(","):
                 try:
-                    result = _paired(checkouts, name, batches, args.rounds, args.lowering)
+                    result = _paired(checkouts, name, batches, args.rounds, args.lowering, extra)
                 except RuntimeError as exc:
                     print(f"{name} | error: {exc}", flush=True)
                     continue

@@ -14,6 +14,8 @@ import lazy as lz
 
 from .errors import UnsupportedError
 from .features import Features, Heads
+from .float32_splits import INPUT_PREFIX as SPLIT_INPUT_PREFIX
+from .float32_splits import Key, SplitInputs
 from .options import CompileOptions
 from .precision import Request, segment
 from .probes import DecisionPoints
@@ -30,6 +32,7 @@ class Context:
         schema: InputSchema,
         raw: lz.LazyTensor | None = None,
         float64: Mapping[str, str] | None = None,
+        float64_splits: frozenset[int] = frozenset(),
     ) -> None:
         self.builder = builder
         self.options = options
@@ -52,6 +55,11 @@ class Context:
         self.requests: list[Request] = []
         self.outputs: dict[str, tuple[lz.Node, ...]] = {}
         self._inputs: dict[str, lz.Node] = {}
+        #: Raw columns whose splits must compare float64 (their thresholds conflict in float32;
+        #: see :mod:`compiler.float32_splits`), and the split columns this trace made: key →
+        #: (graph input, the thresholds of the splits reading it).
+        self._float64_splits = float64_splits
+        self.split_columns: dict[Key, tuple[lz.LazyTensor, list[np.ndarray]]] = {}
 
     @property
     def dtype(self) -> str:
@@ -101,6 +109,44 @@ class Context:
             self.wants_float64_input = True  # this trace is discarded and made again
         values = Features(raw, tuple(range(int(raw.shape[1])))).select(columns).values
         return values if values.dtype == "float64" else lz.cast(values, "float64")
+
+    def splits_in_float32(self, source: int) -> bool:
+        """Whether splits on raw input column ``source`` read it as float32 split codes: asked
+        for (``CompileOptions.split_codes``) in a float32 graph, and thresholds on it that
+        float32 codes decided in an earlier trace."""
+        options = self.options
+        return (
+            options.split_codes
+            and options.dtype == "float32"
+            and source not in self._float64_splits
+        )
+
+    def split_column(self, source: int, fill: float | None) -> lz.LazyTensor:
+        """(B,) float32: raw input column ``source`` (NaN read as ``fill`` where set) as the
+        float32 codes the host encodes for tree splits (:mod:`compiler.float32_splits`), where
+        :meth:`splits_in_float32`. Every threshold compared with it must be given to
+        :meth:`splits_at`."""
+        key = (source, fill)
+        if key not in self.split_columns:
+            name = f"{SPLIT_INPUT_PREFIX}{len(self.split_columns)}"
+            self.split_columns[key] = (self.builder.input(name, (), "float32"), [])
+        if self.raw is not None and self.raw.dtype != "float64":
+            self.wants_float64_input = True  # the host encodes from the float64 table
+        return self.split_columns[key][0]
+
+    def splits_at(self, source: int, fill: float | None, thresholds: np.ndarray) -> None:
+        """Record split thresholds (tests ``x <= t``) compared with a :meth:`split_column`."""
+        column = self.split_columns.get((source, fill))
+        if column is not None:
+            column[1].append(np.asarray(thresholds, np.float64))
+
+    def conflicting_splits(self) -> frozenset[int]:
+        """The raw columns of this trace's split columns that float32 codes cannot decide."""
+        return frozenset(
+            source
+            for (source, _), (_, thresholds) in self.split_columns.items()
+            if SplitInputs.conflicting(thresholds)
+        )
 
     # -- converting ----------------------------------------------------------------------------
     def convert(self, estimator: Any, features: Features, name: str) -> Heads:
@@ -249,11 +295,13 @@ class Context:
     def _schema_state(self) -> tuple[Any, ...]:
         schema = self.schema
         state = schema.columns, dict(schema.vocabularies), dict(self._code_inputs)
-        return (*state, len(self.decisions))
+        return (*state, len(self.decisions), dict(self.split_columns))
 
     def _restore_schema_state(self, state: tuple[Any, ...]) -> None:
-        """Undo what a refused converter registered (categorical columns and their codes)."""
-        self.schema.columns, vocabularies, code_inputs, decisions = state
+        """Undo what a refused converter registered (categorical columns and their codes, split
+        columns)."""
+        self.schema.columns, vocabularies, code_inputs, decisions, split_columns = state
+        self.split_columns = split_columns
         del self.decisions[decisions:]
         self.schema.vocabularies.clear()
         self.schema.vocabularies.update(vocabularies)

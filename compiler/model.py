@@ -15,6 +15,7 @@ from .context import Context, check_fitted
 from .errors import SchemaError, UnsupportedError
 from .features import Features, Heads
 from .float32_inputs import Float32Inputs, arrives_float32
+from .float32_splits import SplitInputs
 from .options import METHODS, CompileOptions
 from .probes import DecisionPoints
 from .report import CompileReport
@@ -52,6 +53,8 @@ class Traced:
     input_dtype: str = "float32"
     #: Raw input values where a compiled decision flips (:mod:`compiler.probes`).
     decisions: tuple[DecisionPoints, ...] = ()
+    #: The raw columns tree splits read as float32 codes the host encodes (None: none).
+    split_inputs: SplitInputs | None = None
 
 
 def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None = None) -> Traced:
@@ -61,25 +64,39 @@ def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None 
     ctx, heads = _convert(estimator, sample, options, options.dtype)
     # Traced again while a trace asks for more: float64 input (a step decides on raw float64
     # columns) or a float64 segment (compiler.precision). Each retrace only adds, so it settles.
+    # Or where float32 split codes cannot decide a column's thresholds (compiler.float32_splits).
     float64: dict[str, str] = {}
+    float64_splits: frozenset[int] = frozenset()
     for _ in range(_MAX_TRACES):
         wanted = ctx.float64_segment()
         needs_input = ctx.wants_float64_input or ctx.float64_inputs
-        if wanted.keys() <= float64.keys() and not (needs_input and ctx.raw.dtype != "float64"):
+        conflicting = ctx.conflicting_splits()
+        if (
+            wanted.keys() <= float64.keys()
+            and not (needs_input and ctx.raw.dtype != "float64")
+            and not conflicting
+        ):
             break
         float64.update(wanted)
+        float64_splits |= conflicting
         input_dtype = "float64" if needs_input or ctx.raw.dtype == "float64" else options.dtype
-        ctx, heads = _convert(estimator, sample, options, input_dtype, float64)
+        ctx, heads = _convert(estimator, sample, options, input_dtype, float64, float64_splits)
     else:
         raise AssertionError("the trace did not settle on an input dtype and float64 segment")
     builder = ctx.builder
     methods = _methods(estimator, heads, options)
     outputs = {m: heads.outputs[m] for m in methods}
     program = builder.build(outputs)
+    split_inputs = SplitInputs.of(
+        {key: thresholds for key, (_, thresholds) in ctx.split_columns.items()}
+    )
     read = program.columns_read("x")
     if read is not None:
         ctx.schema.unread = (
-            frozenset(range(len(ctx.schema.columns))) - read - ctx.schema.vocabularies.keys()
+            frozenset(range(len(ctx.schema.columns)))
+            - read
+            - ctx.schema.vocabularies.keys()
+            - {source for source, _ in split_inputs.keys}
         )
     # A converter may vouch that the source accepts NaN where probing cannot ask it
     # (xgboost.Booster predicts only on a DMatrix).
@@ -93,11 +110,15 @@ def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None 
     splits = {m: tuple(heads.splits[m]) for m in methods if m in heads.splits}
     dtype = ctx.raw.dtype if ctx.raw is not None else options.dtype
     decisions = tuple(ctx.decisions)
-    return Traced(program, ctx.schema, heads.classes, methods, report, splits, dtype, decisions)
+    return Traced(
+        program, ctx.schema, heads.classes, methods, report, splits, dtype, decisions,
+        split_inputs if split_inputs.keys else None,
+    )  # fmt: skip
 
 
-#: Traces of one model at most: the first, float64 input, a float64 segment, and slack.
-_MAX_TRACES = 4
+#: Traces of one model at most: the first, float64 input, a float64 segment, float64 splits,
+#: and slack.
+_MAX_TRACES = 5
 
 
 def _convert(
@@ -106,13 +127,14 @@ def _convert(
     options: CompileOptions,
     input_dtype: str,
     float64: Mapping[str, str] | None = None,
+    float64_splits: frozenset[int] = frozenset(),
 ) -> tuple[Context, Heads]:
     """One conversion of ``estimator`` whose input table arrives as ``input_dtype`` (steps see
     it in their dtype: the options', or float64 in the ``float64`` segment)."""
     schema = schema_for(estimator, sample)
     builder = lz.Builder()
     raw = builder.input("x", (len(schema.columns),), input_dtype)
-    ctx = Context(builder, options, schema, raw, float64)
+    ctx = Context(builder, options, schema, raw, float64, float64_splits)
     dtype = ctx.dtype_of(_ROOT)
     x = raw if input_dtype == dtype else lz.cast(raw, dtype)
     heads = ctx.convert(estimator, Features(x, tuple(range(len(schema.columns)))), _ROOT)
@@ -265,6 +287,7 @@ class CompiledModel:
         # (Decisions on raw columns read them as float64, so such a table is float64.)
         self._float32 = Float32Inputs.of(traced.decisions) if self._dtype == np.float64 else None
         self._numeric = [c.name for c in self.schema.columns if c.kind == "numeric"]
+        self._split_inputs = traced.split_inputs
         self._decoders = _decoders(traced)
         if options.backend == "interpreter":
             self._runner = lambda feed: lz.run_program(traced.program, feed)
@@ -307,6 +330,8 @@ class CompiledModel:
         feed, rows = self.schema.to_feed(data, self._dtype, check_nan=check_nan)
         if self._float32 is not None and arrives_float32(data, self._numeric):
             self._float32.apply(feed["x"], self.schema.names)  # a copy: the dtypes differ
+        if self._split_inputs is not None:
+            feed.update(self._split_inputs.encode(feed["x"]))
         return feed, rows
 
     def run_encoded(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -115,11 +115,19 @@ def computed_as_source(features: Features, columns: Iterable[int], ctx: Context)
 
 
 def raw_matrix(
-    features: Features, ctx: Context, columns: Sequence[int], raw: Sequence[bool]
+    features: Features,
+    ctx: Context,
+    columns: Sequence[int],
+    raw: Sequence[bool],
+    *,
+    splits: bool = False,
 ) -> tuple[lz.LazyTensor, dict[int, int]]:
-    """(B, k) float64 holding what decisions on ``columns`` of ``features`` read: the raw input
-    column of each ``raw`` one (by its map, once per raw column and fill), then the others as
-    computed; and where each of ``columns`` is in it.
+    """(B, k) holding what decisions on ``columns`` of ``features`` read: the raw input column
+    of each ``raw`` one (by its map, once per raw column and fill), then the others as
+    computed; and where each of ``columns`` is in it. float64; or with ``splits`` (tests ``x <=
+    t`` only, whose thresholds the caller gives :meth:`Context.splits_at`), where every part can
+    be, float32: raw columns as the host's float32 split codes (:mod:`compiler.float32_splits`,
+    where :meth:`Context.splits_in_float32`), computed columns from a float32 graph.
 
     A raw column whose map starts with an imputer's fill (:attr:`ColumnMap.fill`) is read with
     its NaN filled, as every later step sees it, so no NaN reaches those decisions (trees then
@@ -134,12 +142,22 @@ def raw_matrix(
     for j, r in zip(columns, raw, strict=True):
         if r:
             where[j] = order.index((maps[j].source, maps[j].fill))  # type: ignore[union-attr]
+    rest = features.select(computed).values if computed else None
+    if (
+        splits
+        and order
+        and all(ctx.splits_in_float32(s) for s, _ in order)
+        and (rest is None or rest.dtype == "float32")
+    ):
+        parts = [lz.expand_dims(ctx.split_column(s, fill), 1) for s, fill in order]
+        parts += [] if rest is None else [rest]
+        return (parts[0] if len(parts) == 1 else lz.concat(parts, axis=1)), where
     parts = [ctx.raw_float64(plain)] if plain else []
     if filled:
         values = ctx.raw_float64([s for s, _ in filled])
         fills = ctx.param(np.asarray([f for _, f in filled]), "raw_fill", dtype="float64")
         parts.append(lz.where(lz.isnan(values), fills, values))
-    if computed:
-        parts.append(lz.cast(features.select(computed).values, "float64"))
+    if rest is not None:
+        parts.append(lz.cast(rest, "float64"))
     x = parts[0] if len(parts) == 1 else lz.concat(parts, axis=1)
     return x, where

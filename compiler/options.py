@@ -27,7 +27,10 @@ class CompileOptions:
     tolerance; False keeps every step in ``dtype`` (faster; such heads may then miss it).
     ``plan``: the execution plan an earlier compile of the same estimator with the same options
     decided (:attr:`CompiledModel.plan`): warm-up follows it where it still matches, so that
-    every process serving a version runs each bucket on the same lowering.
+    every process serving a version runs each bucket on the same lowering. ``split_codes``: in a
+    float32 graph, tree splits folded onto raw columns read them as float32 codes the host
+    encodes (:mod:`compiler.float32_splits`), deciding exactly as float64; off by default: it
+    pays only where the forest's compares outweigh the encoding (docs/exactness.md).
     """
 
     dtype: Literal["float32", "float64"] = "float32"
@@ -40,6 +43,7 @@ class CompileOptions:
     host_rows: int = lz.HOST_ROWS
     warmup: bool = True
     promote: bool = True
+    split_codes: bool = False
     cache: Any = None  # a lazy.ExecutableCache; None: the process-wide default
     plan: lz.ExecutionPlan | None = None
 

@@ -79,6 +79,7 @@ class ModelOptions(BaseModel):
     tree_strategy: TreeStrategy = "auto"
     dtype: Literal["float32", "float64"] = "float32"
     methods: list[str] | None = None
+    split_codes: bool = False
 
     @classmethod
     def stored(cls, options: dict[str, Any]) -> ModelOptions:
@@ -92,7 +93,11 @@ class ModelOptions(BaseModel):
         """The compiler's options for these, with the caller's own (host steps, cache, ...)."""
         methods = tuple(self.methods) if self.methods else None
         return compiler.CompileOptions(
-            dtype=self.dtype, tree_strategy=self.tree_strategy, methods=methods, **rest
+            dtype=self.dtype,
+            tree_strategy=self.tree_strategy,
+            methods=methods,
+            split_codes=self.split_codes,
+            **rest,
         )
 
 

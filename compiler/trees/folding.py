@@ -86,15 +86,16 @@ def exact_splits(
     if not any(mapped[f] for f in read):
         record_thresholds(ensemble, as_read, ctx)
         return ensemble, features.values
-    # The new matrix: the raw float64 columns the maps read, then the other columns read as
-    # computed (in float64, the precision every split now compares in).
+    # The new matrix: the raw columns the maps read (float64, or float32 split codes deciding
+    # alike), then the other columns read as computed.
     order = sorted(read)
-    x, column = raw_matrix(features, ctx, order, [mapped[f] for f in order])
+    x, column = raw_matrix(features, ctx, order, [mapped[f] for f in order], splits=True)
     trees = _fold_trees(ensemble, maps, mapped, column, ctx)
     folded = sum(1 for f in read if mapped[f] and maps[f].steps)  # type: ignore[union-attr]
     result = Ensemble(trees, int(x.shape[1]), float32_inputs=False, in_order=ensemble.in_order)
+    how = "in float64" if x.dtype == "float64" else "as float32 split codes"
     ctx.note(
-        f"splits exact in float64 on {len({column[f] for f in order if mapped[f]})} raw columns"
+        f"splits exact {how} on {len({column[f] for f in order if mapped[f]})} raw columns"
         + (f" ({folded} computed features folded into thresholds)" if folded else "")
     )
     return result, x
@@ -145,6 +146,7 @@ def _fold_trees(
         else:
             folded, nan_left = _fold_splits(mapping, t, ensemble.float32_inputs)
             t32, nan_left32 = _fold_splits(mapping, t, ensemble.float32_inputs, np.float32)
+        ctx.splits_at(mapping.source, mapping.fill, folded)
         ctx.decides_at(
             mapping.source,
             folded,

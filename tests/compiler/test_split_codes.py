@@ -1,0 +1,96 @@
+"""Tree splits reading raw columns as float32 split codes decide exactly as the source."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.compose import ColumnTransformer
+from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestClassifier
+from sklearn.impute import SimpleImputer
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+import compiler
+
+
+def _frame(n: int, seed: int) -> pd.DataFrame:
+    """Integer, binary, decimal and timestamp-like columns with NaN, and a string column."""
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame(
+        {
+            "count": rng.integers(0, 7, n).astype(float),
+            "flag": rng.integers(0, 2, n).astype(float),
+            "amount": np.round(rng.lognormal(2.0, 1.0, n), 2),
+            "v": np.round(rng.normal(size=n), 4),
+            "plan": rng.choice(["free", "pro", "team"], n),
+        }
+    )
+    for column in ("count", "amount", "v"):
+        df.loc[rng.random(n) < 0.1, column] = np.nan
+    return df
+
+
+def _fit(model: object, with_time: bool = False) -> tuple[object, pd.DataFrame]:
+    df = _frame(4000, 0)
+    if with_time:  # one-second steps at 1.6e9: thresholds far closer than one float32 step
+        df["at"] = 1.6e9 + np.random.default_rng(3).integers(0, 400, len(df)).astype(float)
+    numeric = [c for c in df.columns if c != "plan"]
+    ct = ColumnTransformer(
+        [
+            ("num", make_pipeline(SimpleImputer(), StandardScaler()), numeric),
+            ("cat", OneHotEncoder(handle_unknown="ignore"), ["plan"]),
+        ]
+    )
+    v = df["v"].fillna(0.0)
+    y = ((df["count"].fillna(3) > 2) ^ (df["plan"] == "pro") ^ (np.sin(v * 3) > 0)).to_numpy(int)
+    if with_time:
+        y ^= (df["at"] % 7 > 3).to_numpy(int)
+    pipe = make_pipeline(ct, model).fit(df, y)
+    return pipe, df
+
+
+def _probes(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows of the training frame, and the same with every number one float64 step either way
+    (where a split threshold sits on a data value)."""
+    rows = df.sample(3000, random_state=1, replace=True).reset_index(drop=True)
+    numeric = [c for c in rows.columns if rows[c].dtype.kind == "f"]
+    up, down = rows.copy(), rows.copy()
+    up[numeric] = np.nextafter(rows[numeric].to_numpy(), np.inf)
+    down[numeric] = np.nextafter(rows[numeric].to_numpy(), -np.inf)
+    return pd.concat([rows, up, down], ignore_index=True)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "jax"])
+@pytest.mark.parametrize(
+    "model",
+    [
+        HistGradientBoostingClassifier(max_iter=30, random_state=0),
+        RandomForestClassifier(20, max_depth=8, random_state=0),
+    ],
+    ids=["hgb", "forest"],
+)
+def test_split_codes_decide_as_the_source(model: object, backend: str) -> None:
+    pipe, df = _fit(model)
+    options = compiler.CompileOptions(split_codes=True, backend=backend, host_rows=0)
+    compiled = compiler.compile(pipe, options=options)
+    detail = compiled.report.steps[-1].detail
+    assert "as float32 split codes" in detail, detail
+    assert any(name.startswith("split:") for name in compiled.traced.program.input_names)
+    probe = _probes(df)
+    assert (compiled.predict(probe) == pipe.predict(probe)).all()
+    np.testing.assert_allclose(compiled.predict_proba(probe), pipe.predict_proba(probe), atol=1e-6)
+    # float32 input: moved as the source decides it, then encoded
+    numeric = [c for c in probe.columns if c != "plan"]
+    as32 = probe.astype({c: np.float32 for c in numeric})
+    assert (compiled.predict(as32) == pipe.predict(as32)).all()
+
+
+def test_a_column_whose_thresholds_share_a_float32_step_stays_float64() -> None:
+    pipe, df = _fit(HistGradientBoostingClassifier(max_iter=30, random_state=0), with_time=True)
+    compiled = compiler.compile(
+        pipe, options=compiler.CompileOptions(split_codes=True, backend="numpy")
+    )
+    assert "in float64" in compiled.report.steps[-1].detail
+    probe = _probes(df)
+    assert (compiled.predict(probe) == pipe.predict(probe)).all()
