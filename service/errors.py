@@ -142,6 +142,8 @@ def http_error_for(exc: BaseException) -> ServiceError | None:
         return ModelRejected(str(exc))
     if isinstance(exc, store.ModelNotFound):
         return NotFound(str(exc))
+    if isinstance(exc, store.NoPreviousVersion):
+        return Conflict(str(exc))
     if isinstance(exc, store.InvalidName):
         return BadRequest(str(exc))
     return None

@@ -13,7 +13,7 @@ from service.access import Auth
 from service.components import Components
 from service.errors import BadRequest, Forbidden, InvalidInput, ModelRejected, PayloadTooLarge
 from service.settings import Settings
-from service.versions import ModelOptions, State, Upload, failure_error
+from service.versions import ModelOptions, ModelVersion, State, Upload, failure_error
 from service.web import json_response
 
 
@@ -61,6 +61,7 @@ def add_model_routes(app: FastAPI, parts: Components) -> None:
             format=_parse_format(format or None),
             sample=_parse_sample(sample),
             options=_parse_options(options),
+            actor=actor(request),
         )
         fmt = upload.format
         if fmt == "pickle" or (fmt is None and data[:1] == b"\x80"):
@@ -113,8 +114,38 @@ def add_model_routes(app: FastAPI, parts: Components) -> None:
                 "name": name,
                 "current": current.version if current else None,
                 "versions": [v.describe() for v in manager.versions(name)],
+                "history": [c.to_json() for c in manager.histories.get(name, [])],
             }
         )
+
+    @app.post(
+        "/models/{name}/promote",
+        tags=["models"],
+        summary="Make a stored version current",
+        responses={
+            **openapi.ok(openapi.CurrentChangeAnswer),
+            **openapi.errors(400, *openapi.AUTH, 404, 409, 503),
+        },
+    )
+    async def promote(request: Request, name: str) -> Response:
+        version = await _version_field(request)
+        before = manager.current(name)
+        mv = await manager.promote(name, version, actor(request))
+        return json_response(_changed(name, before, mv.version, manager.histories.get(name, [])))
+
+    @app.post(
+        "/models/{name}/rollback",
+        tags=["models"],
+        summary="Make the previous current version current again",
+        responses={
+            **openapi.ok(openapi.CurrentChangeAnswer),
+            **openapi.errors(*openapi.AUTH, 404, 409, 503),
+        },
+    )
+    async def rollback(request: Request, name: str) -> Response:
+        before = manager.current(name)
+        mv = await manager.rollback(name, actor(request))
+        return json_response(_changed(name, before, mv.version, manager.histories.get(name, [])))
 
     @app.get(
         "/models/{name}/versions/{version}",
@@ -133,7 +164,7 @@ def add_model_routes(app: FastAPI, parts: Components) -> None:
         responses=openapi.errors(*openapi.AUTH, 404),
     )
     async def delete_model(request: Request, name: str) -> Response:
-        await manager.delete(name)
+        await manager.delete(name, actor=actor(request))
         return Response(status_code=204)
 
     @app.delete(
@@ -144,8 +175,55 @@ def add_model_routes(app: FastAPI, parts: Components) -> None:
         responses=openapi.errors(*openapi.AUTH, 404),
     )
     async def delete_version(request: Request, name: str, version: str) -> Response:
-        await manager.delete(name, version)
+        await manager.delete(name, version, actor(request))
         return Response(status_code=204)
+
+
+#: The header naming who changes a model (recorded in its version history), else the client.
+ACTOR_HEADER = "x-kestrel-actor"
+_ACTOR_LIMIT = 128
+
+
+def actor(request: Request) -> str:
+    """Who asks: the :data:`ACTOR_HEADER` (printable, at most 128 characters), else the
+    client's address."""
+    given = request.headers.get(ACTOR_HEADER)
+    if given is not None:
+        if len(given) > _ACTOR_LIMIT or not given.isprintable():
+            raise BadRequest(
+                f"header {ACTOR_HEADER!r}: at most {_ACTOR_LIMIT} printable characters"
+            )
+        return given
+    client = request.client
+    return f"client {client.host}" if client is not None else ""
+
+
+async def _version_field(request: Request) -> str:
+    """The ``version`` of a JSON body ``{"version": "2"}``, checked."""
+    body = await request.body()
+    doc = codecs.parse_json_field(body.decode("utf-8", "replace") or "null", "body")
+    if not isinstance(doc, dict) or "version" not in doc:
+        raise BadRequest('the body must be a JSON object naming the version: {"version": "2"}')
+    value = doc["version"]
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    name = _form_name("version", value if isinstance(value, str) else None, "version")
+    if name is None:
+        raise BadRequest(f"field 'version' must be a version name, got {value!r}")
+    return name
+
+
+def _changed(
+    name: str, before: ModelVersion | None, current: str, history: list[store.CurrentChange]
+) -> dict[str, Any]:
+    previous = before.version if before is not None else None
+    changed = previous != current and history and history[-1].current == current
+    return {
+        "name": name,
+        "previous": previous,
+        "current": current,
+        "change": history[-1].to_json() if changed else None,
+    }
 
 
 def _form_name(field: str, value: str | None, what: str) -> str | None:

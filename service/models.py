@@ -162,11 +162,16 @@ class ModelManager(Versions):
             mv.reserved = reserved
             self.add(mv)
         work = self.loader.submit(self.loader.build, mv, loaded.estimator, upload)
-        self._spawn(self._finish(mv, work))
+        self._spawn(self._finish(mv, work, actor=upload.actor))
         return mv
 
     async def _finish(
-        self, mv: ModelVersion, work: asyncio.Future[VersionRecord], *, commit: bool = True
+        self,
+        mv: ModelVersion,
+        work: asyncio.Future[VersionRecord],
+        *,
+        commit: bool = True,
+        actor: str = "",
     ) -> None:
         """Await the blocking load, commit a new upload to the manifest, and make the version
         current; or mark it FAILED with the reason. Reloads of stored versions don't commit."""
@@ -182,8 +187,10 @@ class ModelManager(Versions):
                     )
                 if commit:
                     loop = asyncio.get_running_loop()
-                    manifest = await loop.run_in_executor(None, self.store.commit, record)
-                    self._floor = max(self._floor, manifest.generation)
+                    manifest = await loop.run_in_executor(
+                        None, lambda: self.store.commit(record, by=actor)
+                    )
+                    self._wrote(manifest)
                     mv.generation = manifest.generation
                 mv.record = record
                 mv.load_seconds = time.perf_counter() - t0
@@ -240,7 +247,16 @@ class ModelManager(Versions):
                 )
                 return
             if manifest is not None:
-                self._floor = max(self._floor, manifest.generation)
+                self._wrote(manifest)
+
+    def _wrote(self, manifest: Manifest) -> None:
+        """Note a manifest this process wrote: syncs skip older reads (see ``_floor``)."""
+        self._floor = max(self._floor, manifest.generation)
+        self._saw(manifest)
+
+    def _saw(self, manifest: Manifest) -> None:
+        """Keep the version histories of a manifest read or written."""
+        self.histories = {name: list(e.history) for name, e in manifest.models.items()}
 
     def _activate(self, mv: ModelVersion) -> None:
         """READY: give the version a batcher and make it current; retire the previous one.
@@ -291,8 +307,66 @@ class ModelManager(Versions):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    # -- promotion and rollback ------------------------------------------------------------------
+    async def promote(self, name: str, version: str, actor: str = "") -> ModelVersion:
+        """Make stored ``version`` of ``name`` current: in the store at once (every replica's
+        sync follows within its poll interval), here once it is loaded (from the executable
+        cache when warm); the version serving now keeps serving until then. A version this
+        replica cannot load is not left current: the store goes back and the error is raised."""
+        async with self._sync_lock:
+            mv = self.lookup(name, version)
+            if mv.record is None:
+                raise Conflict(
+                    f"model {name!r} version {version} is {mv.state.value} and not stored: only "
+                    "a registered version can be promoted"
+                )
+            if self.current_version.get(name) == version:
+                return mv
+            async with self._lock:
+                loop = asyncio.get_running_loop()
+                manifest = await loop.run_in_executor(
+                    None, self.store.set_current, name, version, actor
+                )
+                self._wrote(manifest)
+            return await self._serve_current(name, manifest, actor)
+
+    async def rollback(self, name: str, actor: str = "") -> ModelVersion:
+        """Make the version that was current before the current one current again (undoing the
+        last change not yet undone), as :meth:`promote` does."""
+        async with self._sync_lock:
+            self.lookup(name)  # NotFound naming the models there are
+            async with self._lock:
+                loop = asyncio.get_running_loop()
+                manifest = await loop.run_in_executor(None, self.store.rollback, name, actor)
+                self._wrote(manifest)
+            return await self._serve_current(name, manifest, actor)
+
+    async def _serve_current(self, name: str, manifest: Manifest, actor: str) -> ModelVersion:
+        """Load the store's current version of ``name`` here, under the sync lock; where it
+        fails, make the version serving here current in the store again and raise."""
+        entry = manifest.models[name]
+        assert entry.current is not None
+        self._adopt(name, entry.versions.values())
+        mv = self.by_name[name][entry.current]
+        previous = self.current(name)
+        if self._needs_load(mv, force=True):
+            await self._load_stored(mv, manifest.generation)
+        if mv.state is State.READY:
+            return mv
+        reason = mv.error or mv.state.value
+        if previous is not None and previous is not mv:
+            async with self._lock:
+                loop = asyncio.get_running_loop()
+                back = f"{actor} (back: version {mv.version} failed to load here)".strip()
+                restored = await loop.run_in_executor(
+                    None, self.store.set_current, name, previous.version, back
+                )
+                self._wrote(restored)
+            previous.generation = restored.generation
+        raise NotReady(f"model {name!r} version {mv.version} could not be loaded: {reason}")
+
     # -- deletion --------------------------------------------------------------------------------
-    async def delete(self, name: str, version: str | None = None) -> None:
+    async def delete(self, name: str, version: str | None = None, actor: str = "") -> None:
         """Delete a model, or one version. Deleting the current version first brings back the
         version the store makes current instead (from the executable cache when warm), so
         serving never stops while another version exists."""
@@ -305,7 +379,7 @@ class ModelManager(Versions):
             manifest = None
             if version is None or versions[version].record is not None:  # committed: in the store
                 async with self._lock:
-                    manifest = await self._store_delete(name, version)
+                    manifest = await self._store_delete(name, version, actor)
             if version is not None and self.current_version.get(name) == version and manifest:
                 entry = manifest.models.get(name)
                 back = versions.get(entry.current) if entry and entry.current else None
@@ -319,17 +393,17 @@ class ModelManager(Versions):
         for mv in doomed:
             await self._serving.stop(mv)
 
-    async def _store_delete(self, name: str, version: str | None) -> Manifest:
+    async def _store_delete(self, name: str, version: str | None, actor: str) -> Manifest:
         """Delete from the store; the manifest after it (as it is, if already gone there)."""
         loop = asyncio.get_running_loop()
         try:
-            manifest = await loop.run_in_executor(None, self.store.delete, name, version)
+            manifest = await loop.run_in_executor(None, self.store.delete, name, version, actor)
         except Exception as exc:
             if not isinstance(http_error_for(exc), NotFound):
                 raise
             # Another replica deleted it first: nothing written, the store is already right.
             return await loop.run_in_executor(None, self.store.load_manifest)
-        self._floor = max(self._floor, manifest.generation)
+        self._wrote(manifest)
         return manifest
 
     async def unload(self, name: str) -> None:
@@ -368,6 +442,7 @@ class ModelManager(Versions):
                 return  # read before our own latest write landed: the next sync sees both
             changed = force or manifest.generation != self._generation
             self._generation = manifest.generation
+            self._saw(manifest)
             loads = []
             for name, entry in manifest.models.items():
                 # Unchanged, only models still known here: one unloaded on purpose stays so.

@@ -161,10 +161,30 @@ class VersionDescription(BaseModel):
     classes: list[Any] | None = None
 
 
+class CurrentChange(BaseModel):
+    """One change of a model's current version."""
+
+    action: Literal["register", "promote", "rollback", "delete"]
+    from_: str | None = Field(alias="from", description="the version current before")
+    to: str = Field(description="the version current after")
+    by: str = Field(description="who: the x-kestrel-actor header, else the client's address")
+    at: float = Field(description="Unix time")
+
+
 class ModelDescription(BaseModel):
     name: str
     current: str | None
     versions: list[VersionDescription]
+    history: list[CurrentChange] = Field(description="changes of the current version, oldest first")
+
+
+class CurrentChangeAnswer(BaseModel):
+    """The answer of a promotion or rollback: the version serving before and now."""
+
+    name: str
+    previous: str | None
+    current: str
+    change: CurrentChange | None = Field(description="the change recorded (None: none was needed)")
 
 
 # -- native scoring ------------------------------------------------------------------------------

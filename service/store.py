@@ -41,6 +41,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 __all__ = [
     "BlobNotFound",
+    "CurrentChange",
     "InvalidDigest",
     "InvalidName",
     "InvalidRecord",
@@ -48,6 +49,7 @@ __all__ = [
     "ModelEntry",
     "ModelNotFound",
     "ModelStore",
+    "NoPreviousVersion",
     "StoreCorruptionError",
     "StoreError",
     "VersionConflict",
@@ -108,6 +110,10 @@ class InvalidDigest(StoreError, ValueError):
 
 class InvalidRecord(StoreError, ValueError):
     """A version record has a field of the wrong type or a value JSON can not hold."""
+
+
+class NoPreviousVersion(StoreError):
+    """A rollback has no earlier current version to go back to."""
 
 
 def validate_name(value: object, what: str = "model name") -> str:
@@ -251,13 +257,80 @@ def _newest(records: Mapping[str, VersionRecord]) -> str:
     return max(records.values(), key=key).version
 
 
+#: Changes of a model's current version kept in its history (the oldest go first).
+HISTORY_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class CurrentChange:
+    """One change of a model's current version: ``action`` is ``register`` (a new version
+    became current), ``promote``, ``rollback``, or ``delete`` (the current version was deleted
+    and the newest remaining one took its place); ``previous`` is None for a model's first."""
+
+    action: str
+    previous: str | None
+    current: str
+    by: str
+    at: float
+
+    ACTIONS = ("register", "promote", "rollback", "delete")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "action": self.action,
+            "from": self.previous,
+            "to": self.current,
+            "by": self.by,
+            "at": self.at,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CurrentChange:
+        action, previous, current = data["action"], data["from"], data["to"]
+        if action not in cls.ACTIONS:
+            raise StoreCorruptionError(f"unknown history action {action!r}")
+        if previous is not None:
+            validate_name(previous, "version")
+        at = data["at"]
+        if isinstance(at, bool) or not isinstance(at, int | float):
+            raise StoreCorruptionError(f"history time must be an epoch number, got {at!r}")
+        by = data.get("by", "")
+        if not isinstance(by, str):
+            raise StoreCorruptionError(f"history 'by' must be a string, got {by!r}")
+        return cls(action, previous, validate_name(current, "version"), by, float(at))
+
+
 @dataclass
 class ModelEntry:
-    """A model in the manifest: its versions, which one serves, and the next number to assign."""
+    """A model in the manifest: its versions, which one serves, the next number to assign, and
+    the history of its current version (newest last, at most :data:`HISTORY_LIMIT`)."""
 
     current: str | None
     versions: dict[str, VersionRecord] = field(default_factory=dict)
     next_version: int = 1
+    history: list[CurrentChange] = field(default_factory=list)
+
+    def make_current(self, version: str, action: str, by: str) -> None:
+        """Make ``version`` current and record the change (none if it already is current)."""
+        if version == self.current:
+            return
+        self.history.append(CurrentChange(action, self.current, version, by, time.time()))
+        del self.history[:-HISTORY_LIMIT]
+        self.current = version
+
+    def previous(self) -> CurrentChange | None:
+        """The change that made the current version current and that a rollback undoes: the
+        newest change not already undone by a later rollback (rollbacks undo in turn, like an
+        undo stack); None if there is none."""
+        undone = 0
+        for change in reversed(self.history):
+            if change.action == "rollback":
+                undone += 1
+            elif undone:
+                undone -= 1
+            else:
+                return change
+        return None
 
 
 @dataclass
@@ -313,6 +386,7 @@ class Manifest:
                     "current": entry.current,
                     "next_version": entry.next_version,
                     "versions": {v: rec.to_json() for v, rec in sorted(entry.versions.items())},
+                    "history": [change.to_json() for change in entry.history],
                 }
                 for name, entry in sorted(self.models.items())
             },
@@ -364,6 +438,8 @@ class Manifest:
                 current=current,
                 versions=versions,
                 next_version=_nonnegative_int(raw["next_version"], f"{name}.next_version"),
+                # Manifests written before the history existed have none.
+                history=[CurrentChange.from_json(c) for c in raw.get("history", [])],
             )
         retired = {
             validate_name(name): _nonnegative_int(number, f"retired.{name}")
@@ -672,8 +748,9 @@ class ModelStore:
         manifest = self._mutate(change)
         return manifest if released else None
 
-    def commit(self, record: VersionRecord, make_current: bool = True) -> Manifest:
-        """Add ``record`` to the manifest (optionally as current) and return the new manifest.
+    def commit(self, record: VersionRecord, make_current: bool = True, by: str = "") -> Manifest:
+        """Add ``record`` to the manifest (optionally as current, recorded in the history as
+        registered ``by`` someone) and return the new manifest.
 
         Its blobs must already be stored (:meth:`put_blob`), else :class:`StoreError`; an
         existing version is never overwritten (:class:`VersionConflict`).
@@ -701,22 +778,51 @@ class ModelStore:
             if number is not None:
                 entry.next_version = max(entry.next_version, number + 1)
             if make_current:
-                entry.current = record.version
+                entry.make_current(record.version, "register", by)
 
         return self._mutate(change)
 
-    def set_current(self, name: str, version: str) -> Manifest:
-        """Make an existing version the one that serves (e.g. once a new version is ready)."""
+    def set_current(self, name: str, version: str, by: str = "") -> Manifest:
+        """Make an existing version the one that serves (``promote``), recorded in the history;
+        nothing is written if it already serves."""
         validate_name(name)
         validate_name(version, "version")
 
-        def change(manifest: Manifest) -> None:
+        def change(manifest: Manifest) -> bool:
             manifest.record(name, version)  # raises ModelNotFound
-            manifest.models[name].current = version
+            entry = manifest.models[name]
+            if entry.current == version:
+                return False
+            entry.make_current(version, "promote", by)
+            return True
 
         return self._mutate(change)
 
-    def delete(self, name: str, version: str | None = None) -> Manifest:
+    def rollback(self, name: str, by: str = "") -> Manifest:
+        """Make the version that served before the current one current again, undoing the last
+        change not yet undone (:meth:`ModelEntry.previous`). :class:`NoPreviousVersion` where
+        there is none, or it was deleted since."""
+        validate_name(name)
+
+        def change(manifest: Manifest) -> None:
+            entry = manifest.models.get(name)
+            if entry is None:
+                raise ModelNotFound(f"model {name!r} not found")
+            last = entry.previous()
+            if last is None or last.previous is None:
+                raise NoPreviousVersion(
+                    f"model {name!r} has no earlier current version to roll back to"
+                )
+            if last.previous not in entry.versions:
+                raise NoPreviousVersion(
+                    f"model {name!r}: version {last.previous}, current before {last.current}, "
+                    "was deleted; promote a version instead"
+                )
+            entry.make_current(last.previous, "rollback", by)
+
+        return self._mutate(change)
+
+    def delete(self, name: str, version: str | None = None, by: str = "") -> Manifest:
         """Delete a whole model, or one version of it.
 
         Deleting the current version makes the newest remaining version current; deleting the
@@ -736,7 +842,7 @@ class ModelStore:
                 del entry.versions[version]
                 if entry.versions:
                     if entry.current == version:
-                        entry.current = _newest(entry.versions)
+                        entry.make_current(_newest(entry.versions), "delete", by)
                     return
             del manifest.models[name]
             manifest.retired[name] = entry.next_version

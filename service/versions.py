@@ -24,7 +24,7 @@ from compiler.options import TreeStrategy
 from service.batcher import Batcher
 from service.errors import ModelRejected, NotFound, NotReady, VersionFailed, VersionRetired, some_of
 from service.queue_delay import QueueDelay
-from service.store import VersionRecord
+from service.store import CurrentChange, VersionRecord
 
 
 class State(enum.StrEnum):
@@ -115,6 +115,7 @@ class Upload:
     sample: Any = None  # decoded JSON rows (list of objects / arrays, or {column: values})
     options: ModelOptions = field(default_factory=ModelOptions)
     pickle_allowed: bool = False  # the caller checked the operator's switch and the admin token
+    actor: str = ""  # who registered it (the version history records it)
 
 
 @dataclass
@@ -203,6 +204,8 @@ class Versions:
         self._poll_interval_s = poll_interval_s  # a replica sync retries failed stored loads
         self.by_name: dict[str, dict[str, ModelVersion]] = {}
         self.current_version: dict[str, str] = {}
+        #: Each model's changes of its current version, as of the last manifest read or written.
+        self.histories: dict[str, list[CurrentChange]] = {}
 
     def states(self) -> Iterable[str]:
         return [v.state.value for vs in self.by_name.values() for v in vs.values()]

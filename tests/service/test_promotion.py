@@ -1,0 +1,211 @@
+"""Promotion and rollback: the store's history of current versions, replicas following it, a
+version that cannot load not left current, and the routes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from service.errors import Conflict, NotReady
+from service.store import (
+    HISTORY_LIMIT,
+    Manifest,
+    ModelStore,
+    NoPreviousVersion,
+    VersionRecord,
+)
+from service.versions import State
+from tests.service.test_replica_sync import registered, replica, run, serves
+
+
+def _stored(store: ModelStore, *versions: str) -> None:
+    digest = store.put_blob(b"artifact")
+    for v in versions:
+        store.commit(VersionRecord("m", v, digest, "skops", "m.skops"), by="ci")
+
+
+def test_every_change_of_the_current_version_is_recorded(tmp_path: Path) -> None:
+    store = ModelStore(str(tmp_path))
+    _stored(store, "1", "2", "3")
+    store.set_current("m", "1", by="alice")
+    store.delete("m", "1", by="bob")  # the current one: the newest remaining takes over
+    history = [
+        (c.action, c.previous, c.current, c.by) for c in store.load_manifest().models["m"].history
+    ]
+    assert history == [
+        ("register", None, "1", "ci"),
+        ("register", "1", "2", "ci"),
+        ("register", "2", "3", "ci"),
+        ("promote", "3", "1", "alice"),
+        ("delete", "1", "3", "bob"),
+    ]
+    generation = store.load_manifest().generation
+    store.set_current("m", "3")  # already current: nothing is written
+    assert store.load_manifest().generation == generation
+
+
+def test_rollbacks_undo_in_turn(tmp_path: Path) -> None:
+    store = ModelStore(str(tmp_path))
+    _stored(store, "1", "2", "3")
+    store.set_current("m", "1")
+    assert store.rollback("m").models["m"].current == "3"  # undoes the promotion
+    assert store.rollback("m").models["m"].current == "2"  # then the registration of 3
+    assert store.rollback("m").models["m"].current == "1"
+    with pytest.raises(NoPreviousVersion, match="no earlier current version"):
+        store.rollback("m")
+    store.set_current("m", "3")  # a promotion after rollbacks starts a new undo step
+    assert store.rollback("m").models["m"].current == "1"
+
+
+def test_a_rollback_to_a_deleted_version_is_refused(tmp_path: Path) -> None:
+    store = ModelStore(str(tmp_path))
+    _stored(store, "1", "2", "3")
+    store.delete("m", "2")
+    with pytest.raises(NoPreviousVersion, match="version 2, current before 3, was deleted"):
+        store.rollback("m")
+    assert store.load_manifest().models["m"].current == "3"
+
+
+def test_history_is_bounded_and_survives_old_manifests(tmp_path: Path) -> None:
+    store = ModelStore(str(tmp_path))
+    _stored(store, "1", "2")
+    for i in range(HISTORY_LIMIT + 5):
+        store.set_current("m", "1" if i % 2 == 0 else "2")
+    entry = store.load_manifest().models["m"]
+    assert len(entry.history) == HISTORY_LIMIT and entry.history[-1].current == entry.current
+    # A manifest written before histories existed reads with an empty one.
+    doc = json.loads((tmp_path / "manifest.json").read_text())
+    del doc["models"]["m"]["history"]
+    assert Manifest.from_json(doc).models["m"].history == []
+
+
+def test_replicas_follow_a_promotion_and_a_rollback(tmp_path: Path) -> None:
+    a, b = replica(tmp_path), replica(tmp_path)
+
+    async def scenario() -> None:
+        await registered(a, "a")
+        await registered(a, "b")
+        await b.recover()
+        await serves(b, "b", "2")
+        mv = await a.promote("m", "1", "alice")
+        assert mv.state is State.READY and a.current("m") is mv
+        await serves(a, "a", "1")
+        assert a.lookup("m", "2").state is State.RETIRED  # the one it replaced
+        await b.sync()
+        await serves(b, "a", "1")
+        await a.rollback("m", "bob")
+        await serves(a, "b", "2")
+        await b.sync()
+        await serves(b, "b", "2")
+        changes = [(c.action, c.current, c.by) for c in b.histories["m"]]
+        assert changes[-2:] == [("promote", "1", "alice"), ("rollback", "2", "bob")]
+        with pytest.raises(Conflict, match="not stored"):
+            a.lookup("m", "2").record = None  # as an upload still compiling
+            await a.promote("m", "2")
+
+    run(a, b)(scenario)
+
+
+def test_a_version_that_cannot_load_is_not_left_current(tmp_path: Path) -> None:
+    a = replica(tmp_path)
+
+    async def scenario() -> None:
+        first = await registered(a, "a")
+        await registered(a, "b")
+        record = first.record
+        assert record is not None
+        blob = Path(a.store.url) / "blobs/sha256" / record.artifact[:2] / record.artifact
+        blob.unlink()
+        with pytest.raises(NotReady, match="could not be loaded"):
+            await a.promote("m", "1", "alice")
+        manifest = a.store.load_manifest()
+        assert manifest.models["m"].current == "2"
+        assert manifest.models["m"].history[-1].by.startswith("alice (back: version 1 failed")
+        await serves(a, "b", "2")
+
+    run(a)(scenario)
+
+
+@pytest.mark.slow  # two live servers under load: make test-slow (CI)
+def test_promote_and_rollback_under_load_lose_no_request(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    import httpx
+    import numpy as np
+    import skops.io as sio
+    from sklearn.ensemble import RandomForestClassifier
+    from sklearn.linear_model import LogisticRegression
+
+    from tests.service.live import LiveServer
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(150, 4)).astype(np.float32)
+    y = (x[:, 0] - x[:, 2] > 0).astype(int)
+    models = [
+        LogisticRegression().fit(x, y),
+        RandomForestClassifier(n_estimators=3, max_depth=3, random_state=0).fit(x, y),
+    ]
+    options = '{"max_batch": 8}'
+    a = LiveServer(tmp_path).start()
+    b = LiveServer(tmp_path, port=None, KESTREL_POLL_INTERVAL_S="0.2")
+    b.log_path = tmp_path / "replica-b.log"
+    try:
+        for model in models:
+            assert a.register("m", sio.dumps(model), options=options).status_code == 201
+        b.start()
+        stop = threading.Event()
+        answers: dict[str, list[tuple[int, str]]] = {a.url: [], b.url: []}
+
+        def load(url: str) -> None:
+            with httpx.Client(base_url=url, timeout=60) as c:
+                while not stop.is_set():
+                    r = c.post("/models/m/predict", json=x[:3].tolist())
+                    answers[url].append((r.status_code, r.json().get("version", r.text)))
+
+        threads = [threading.Thread(target=load, args=(u,)) for u in (a.url, b.url) * 2]
+        for t in threads:
+            t.start()
+
+        def settled_on(version: str) -> None:
+            """Both replicas answer with ``version`` (b within its poll interval)."""
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if all(answers[u] and answers[u][-1][1] == version for u in answers):
+                    return
+                time.sleep(0.05)
+            raise AssertionError(f"not every replica serves version {version}")
+
+        headers = {**a.admin, "x-kestrel-actor": "release-bot"}
+        try:
+            settled_on("2")
+            r = a.client.post("/models/m/promote", json={"version": "1"}, headers=headers)
+            assert r.status_code == 200, r.text
+            assert r.json()["previous"] == "2" and r.json()["current"] == "1"
+            assert r.json()["change"]["action"] == "promote"
+            settled_on("1")
+            r = a.client.post("/models/m/rollback", headers=headers)
+            assert r.status_code == 200, r.text
+            assert r.json()["current"] == "2"
+            settled_on("2")
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        for url, got in answers.items():
+            assert {status for status, _ in got} == {200}, (url, sorted({s for s, _ in got}))
+        history = a.client.get("/models/m", headers=a.admin).json()["history"]
+        assert [(c["action"], c["from"], c["to"], c["by"]) for c in history[-2:]] == [
+            ("promote", "2", "1", "release-bot"),
+            ("rollback", "1", "2", "release-bot"),
+        ]
+        r = a.client.post("/models/m/promote", json={"version": "9"}, headers=a.admin)
+        assert r.status_code == 404 and "no version '9'" in r.text
+        r = a.client.post("/models/m/promote", json={"v": "1"}, headers=a.admin)
+        assert r.status_code == 400 and '{"version": "2"}' in r.json()["error"]["message"]
+        assert a.client.post("/models/m/rollback").status_code == 401
+    finally:
+        b.stop()
+        a.stop()
