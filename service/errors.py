@@ -142,7 +142,7 @@ def http_error_for(exc: BaseException) -> ServiceError | None:
         return ModelRejected(str(exc))
     if isinstance(exc, store.ModelNotFound):
         return NotFound(str(exc))
-    if isinstance(exc, store.NoPreviousVersion):
+    if isinstance(exc, store.NoPreviousVersion | store.VersionConflict):
         return Conflict(str(exc))
     if isinstance(exc, store.InvalidName):
         return BadRequest(str(exc))

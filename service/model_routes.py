@@ -115,8 +115,38 @@ def add_model_routes(app: FastAPI, parts: Components) -> None:
                 "current": current.version if current else None,
                 "versions": [v.describe() for v in manager.versions(name)],
                 "history": [c.to_json() for c in manager.histories.get(name, [])],
+                "aliases": manager.aliases.get(name, {}),
             }
         )
+
+    @app.put(
+        "/models/{name}/aliases/{alias}",
+        tags=["models"],
+        summary="Name a stored version by an alias (it serves beside the current one)",
+        responses={
+            **openapi.ok(openapi.AliasAnswer),
+            **openapi.errors(400, *openapi.AUTH, 404, 409, 503),
+        },
+    )
+    async def set_alias(request: Request, name: str, alias: str) -> Response:
+        version = await _version_field(request)
+        try:
+            store.validate_alias(alias)
+        except store.InvalidName as exc:
+            raise BadRequest(f"path 'alias': {exc}") from None
+        mv = await manager.set_alias(name, alias, version)
+        return json_response({"name": name, "alias": alias, "version": mv.version})
+
+    @app.delete(
+        "/models/{name}/aliases/{alias}",
+        tags=["models"],
+        status_code=204,
+        summary="Remove an alias",
+        responses=openapi.errors(*openapi.AUTH, 404),
+    )
+    async def delete_alias(request: Request, name: str, alias: str) -> Response:
+        await manager.delete_alias(name, alias)
+        return Response(status_code=204)
 
     @app.post(
         "/models/{name}/promote",

@@ -98,7 +98,7 @@ class ModelManager(Versions):
         for attempt in range(3):
             assert mv.model is not None and mv.batcher is not None
             decode_seconds = self.metrics.child(
-                self.metrics.codec_seconds, name, mv.version, "decode"
+                self.metrics.codec_seconds, mv.name, mv.version, "decode"
             )
             try:
                 scored = await scoring.score(
@@ -172,6 +172,7 @@ class ModelManager(Versions):
         *,
         commit: bool = True,
         actor: str = "",
+        current: bool = True,
     ) -> None:
         """Await the blocking load, commit a new upload to the manifest, and make the version
         current; or mark it FAILED with the reason. Reloads of stored versions don't commit."""
@@ -195,7 +196,7 @@ class ModelManager(Versions):
                 mv.record = record
                 mv.load_seconds = time.perf_counter() - t0
                 mv.failed_loads = 0
-                self._activate(mv)
+                self._activate(mv, current=current)
         except Exception as exc:  # every failure becomes the version's visible reason
             mv.state, mv.error = State.FAILED, _reason(exc)
             self._settle_heap()  # the last load of a burst may be the one that failed
@@ -255,18 +256,20 @@ class ModelManager(Versions):
         self._saw(manifest)
 
     def _saw(self, manifest: Manifest) -> None:
-        """Keep the version histories of a manifest read or written."""
+        """Keep the version histories and aliases of a manifest read or written."""
         self.histories = {name: list(e.history) for name, e in manifest.models.items()}
+        self.aliases = {name: dict(e.aliases) for name, e in manifest.models.items() if e.aliases}
 
-    def _activate(self, mv: ModelVersion) -> None:
-        """READY: give the version a batcher and make it current; retire the previous one.
+    def _activate(self, mv: ModelVersion, *, current: bool = True) -> None:
+        """READY: give the version a batcher and make it current; retire the previous one unless
+        an alias names it. ``current`` False: a version an alias names, serving beside it.
 
         A version chosen by an older manifest than the one now current (a slow replica-sync load
         overtaken by a local registration, or two local uploads finishing out of order) does not
         replace it: it is RETIRED at once, as in the store.
         """
         assert mv.model is not None
-        previous = self.current(mv.name)
+        previous = self.current(mv.name) if current else None
         if previous is not None and previous is not mv and previous.generation > mv.generation:
             mv.state, mv.model = State.RETIRED, None
             log.info(
@@ -281,7 +284,8 @@ class ModelManager(Versions):
         self._serving.start(mv)
         mv.state = State.READY
         self._settle_heap()
-        self.current_version[mv.name] = mv.version
+        if current:
+            self.current_version[mv.name] = mv.version
         self.metrics.model_loads.labels("ready").inc()
         self.metrics.model_load_seconds.labels("ready").observe(mv.load_seconds or 0.0)
         self.metrics.model_info.labels(mv.name, mv.version, mv.state.value, mv.format).set(1)
@@ -293,7 +297,11 @@ class ModelManager(Versions):
             extra={"model": mv.name, "version": mv.version},
         )
         mv.done.set()
-        if previous is not None and previous is not mv:
+        if (
+            previous is not None
+            and previous is not mv
+            and previous.version not in self.pinned(mv.name)
+        ):
             self._spawn(self._serving.stop(previous))
 
     def _settle_heap(self) -> None:
@@ -320,12 +328,13 @@ class ModelManager(Versions):
                     f"model {name!r} version {version} is {mv.state.value} and not stored: only "
                     "a registered version can be promoted"
                 )
-            if self.current_version.get(name) == version:
+            name = mv.name  # name@alias, or an alias as the version: resolved
+            if self.current_version.get(name) == mv.version:
                 return mv
             async with self._lock:
                 loop = asyncio.get_running_loop()
                 manifest = await loop.run_in_executor(
-                    None, self.store.set_current, name, version, actor
+                    None, self.store.set_current, name, mv.version, actor
                 )
                 self._wrote(manifest)
             return await self._serve_current(name, manifest, actor)
@@ -341,6 +350,55 @@ class ModelManager(Versions):
                 self._wrote(manifest)
             return await self._serve_current(name, manifest, actor)
 
+    async def set_alias(self, name: str, alias: str, version: str) -> ModelVersion:
+        """Make ``alias`` name stored ``version`` of ``name`` in the store (replicas follow on
+        their next sync) and serve that version here beside the current one; where it cannot
+        load here, the alias goes back to what it named and the error is raised."""
+        async with self._sync_lock:
+            mv = self.lookup(name, version)
+            if mv.record is None:
+                raise Conflict(
+                    f"model {name!r} version {mv.version} is {mv.state.value} and not stored: "
+                    "an alias names registered versions only"
+                )
+            name = mv.name
+            before = self.aliases.get(name, {}).get(alias)
+            loop = asyncio.get_running_loop()
+            async with self._lock:
+                manifest = await loop.run_in_executor(
+                    None, self.store.set_alias, name, alias, mv.version
+                )
+                self._wrote(manifest)
+            if self._needs_load(mv, force=True):
+                await self._load_stored(mv, manifest.generation, current=False)
+            if mv.state is not State.READY:
+                async with self._lock:
+                    if before is None:
+                        restored = await loop.run_in_executor(
+                            None, self.store.delete_alias, name, alias
+                        )
+                    else:
+                        restored = await loop.run_in_executor(
+                            None, self.store.set_alias, name, alias, before
+                        )
+                    self._wrote(restored)
+                raise NotReady(
+                    f"model {name!r} version {mv.version} could not be loaded: {mv.error}"
+                )
+            await self._retire_unnamed()  # what the alias named before, if nothing else does
+            return mv
+
+    async def delete_alias(self, name: str, alias: str) -> None:
+        """Remove ``alias`` of ``name``; the version it named stops serving here unless it is
+        current or another alias names it (replicas follow on their next sync)."""
+        async with self._sync_lock:
+            self.lookup(name)
+            async with self._lock:
+                loop = asyncio.get_running_loop()
+                manifest = await loop.run_in_executor(None, self.store.delete_alias, name, alias)
+                self._wrote(manifest)
+            await self._retire_unnamed()
+
     async def _serve_current(self, name: str, manifest: Manifest, actor: str) -> ModelVersion:
         """Load the store's current version of ``name`` here, under the sync lock; where it
         fails, make the version serving here current in the store again and raise."""
@@ -351,6 +409,8 @@ class ModelManager(Versions):
         previous = self.current(name)
         if self._needs_load(mv, force=True):
             await self._load_stored(mv, manifest.generation)
+        elif self._serves_beside(mv):
+            self._switch_current(mv, manifest.generation)
         if mv.state is State.READY:
             return mv
         reason = mv.error or mv.state.value
@@ -448,12 +508,55 @@ class ModelManager(Versions):
                 # Unchanged, only models still known here: one unloaded on purpose stays so.
                 if changed or name in self.by_name:
                     self._adopt(name, entry.versions.values())
-                want = self.by_name.get(name, {}).get(entry.current or "")
+                known = self.by_name.get(name, {})
+                want = known.get(entry.current or "")
                 if want is not None and self._needs_load(want, force=force):
                     loads.append(self._load_stored(want, manifest.generation))
+                elif want is not None and self._serves_beside(want):
+                    self._switch_current(want, manifest.generation)
+                for version in sorted(set(entry.aliases.values()) - {entry.current}):
+                    pinned = known.get(version)
+                    if pinned is not None and self._needs_load(pinned, force=force):
+                        loads.append(self._load_stored(pinned, manifest.generation, current=False))
             await asyncio.gather(*loads)
             if changed:
                 await self._drop_deleted(manifest)
+                await self._retire_unnamed()
+
+    def _serves_beside(self, mv: ModelVersion) -> bool:
+        """Whether stored ``mv`` is READY but not current (an alias names it)."""
+        return (
+            mv.state is State.READY
+            and mv.record is not None
+            and self.current_version.get(mv.name) != mv.version
+        )
+
+    def _switch_current(self, mv: ModelVersion, generation: int) -> None:
+        """Make ``mv``, READY beside the current version, current as of ``generation``; the
+        previous one stops unless an alias names it."""
+        previous = self.current(mv.name)
+        mv.generation = generation
+        self.current_version[mv.name] = mv.version
+        if (
+            previous is not None
+            and previous is not mv
+            and previous.version not in self.pinned(mv.name)
+        ):
+            self._spawn(self._serving.stop(previous))
+
+    async def _retire_unnamed(self) -> None:
+        """Stop serving the versions that are neither current nor named by an alias any more."""
+        doomed = [
+            mv
+            for name, versions in self.by_name.items()
+            for mv in versions.values()
+            if mv.state is State.READY
+            and mv.record is not None
+            and mv.version != self.current_version.get(name)
+            and mv.version not in self.pinned(name)
+        ]
+        for mv in doomed:
+            await self._serving.stop(mv)
 
     def _adopt(self, name: str, records: Iterable[VersionRecord]) -> None:
         """Know every stored version of ``name`` (RETIRED: stored, not loaded)."""
@@ -487,14 +590,18 @@ class ModelManager(Versions):
             return True
         return mv.state is State.FAILED and (force or time.monotonic() >= mv.retry_at)
 
-    async def _load_stored(self, mv: ModelVersion, generation: int) -> None:
-        """Load a stored version (disk cache when warm) and make it current, as of ``generation``."""
+    async def _load_stored(
+        self, mv: ModelVersion, generation: int, *, current: bool = True
+    ) -> None:
+        """Load a stored version (disk cache when warm) and make it current, as of
+        ``generation`` (``current`` False: serving beside the current one, for an alias)."""
         assert mv.record is not None
         mv.state, mv.error, mv.done = State.LOADING, None, asyncio.Event()
         mv.progress, mv.load_phases = LoadProgress(Phase.QUEUED), {}
-        mv.generation = generation
+        if current:
+            mv.generation = generation
         work = self.loader.submit(self.loader.reload, mv, mv.record)
-        await self._finish(mv, work, commit=False)
+        await self._finish(mv, work, commit=False, current=current)
 
     async def _drop_deleted(self, manifest: Manifest) -> None:
         """Retire and forget stored versions (and models) that ``manifest`` no longer has."""

@@ -176,6 +176,13 @@ class ModelDescription(BaseModel):
     current: str | None
     versions: list[VersionDescription]
     history: list[CurrentChange] = Field(description="changes of the current version, oldest first")
+    aliases: dict[str, str] = Field(description="alias → the version it names")
+
+
+class AliasAnswer(BaseModel):
+    name: str
+    alias: str
+    version: str = Field(description="the version the alias names now")
 
 
 class CurrentChangeAnswer(BaseModel):

@@ -48,7 +48,7 @@ def add_predict_routes(app: FastAPI, parts: Components) -> None:
         )
         t0 = time.perf_counter()
         doc: dict[str, Any] = {
-            "model": name,
+            "model": result.version.name,
             "version": result.version.version,
             "rows": result.rows,
             "outputs": {k: codecs.jsonable(v) for k, v in result.outputs.items()},
@@ -58,7 +58,8 @@ def add_predict_routes(app: FastAPI, parts: Components) -> None:
             doc["warnings"] = [codecs.ignored_columns_warning(result.ignored)]
             headers = {codecs.IGNORED_COLUMNS_HEADER: codecs.ignored_columns_header(result.ignored)}
         response = json_response(doc, headers=headers)
-        metrics.child(metrics.codec_seconds, name, result.version.version, "encode").observe(
+        served = result.version
+        metrics.child(metrics.codec_seconds, served.name, served.version, "encode").observe(
             result.decode_s + time.perf_counter() - t0
         )
         return response
@@ -70,13 +71,17 @@ def add_predict_routes(app: FastAPI, parts: Components) -> None:
         "openapi_extra": openapi.PREDICT_EXTRA,
     }
 
-    @app.post("/models/{name}/predict", summary="Score with the current version", **scoring_doc)
+    @app.post(
+        "/models/{name}/predict",
+        summary="Score with the current version (name@alias: the version an alias names)",
+        **scoring_doc,
+    )
     async def predict_current(request: Request, name: str) -> Response:
         return await score(request, name, None)
 
     @app.post(
         "/models/{name}/versions/{version}/predict",
-        summary="Score with a given version",
+        summary="Score with a given version (or alias)",
         **scoring_doc,
     )
     async def predict_version(request: Request, name: str, version: str) -> Response:

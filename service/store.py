@@ -54,6 +54,7 @@ __all__ = [
     "StoreError",
     "VersionConflict",
     "VersionRecord",
+    "validate_alias",
     "validate_digest",
     "validate_name",
 ]
@@ -127,6 +128,15 @@ def validate_name(value: object, what: str = "model name") -> str:
             "starting with a letter or digit"
         )
     return value
+
+
+def validate_alias(value: object) -> str:
+    """Return ``value`` if it can name a version: a safe name that is not a number (numbers are
+    the versions' own names), else raise :class:`InvalidName`."""
+    alias = validate_name(value, "alias")
+    if alias.isdecimal():
+        raise InvalidName(f"invalid alias {alias!r}: numbers name versions; use a word")
+    return alias
 
 
 def validate_digest(value: object) -> str:
@@ -309,6 +319,12 @@ class ModelEntry:
     versions: dict[str, VersionRecord] = field(default_factory=dict)
     next_version: int = 1
     history: list[CurrentChange] = field(default_factory=list)
+    #: Other names of versions (``stable``, ``canary``, …): alias → version.
+    aliases: dict[str, str] = field(default_factory=dict)
+
+    def resolve(self, version: str) -> str:
+        """A version name, or the version an alias names (a version name wins)."""
+        return version if version in self.versions else self.aliases.get(version, version)
 
     def make_current(self, version: str, action: str, by: str) -> None:
         """Make ``version`` current and record the change (none if it already is current)."""
@@ -387,6 +403,7 @@ class Manifest:
                     "next_version": entry.next_version,
                     "versions": {v: rec.to_json() for v, rec in sorted(entry.versions.items())},
                     "history": [change.to_json() for change in entry.history],
+                    "aliases": dict(sorted(entry.aliases.items())),
                 }
                 for name, entry in sorted(self.models.items())
             },
@@ -438,14 +455,25 @@ class Manifest:
                 current=current,
                 versions=versions,
                 next_version=_nonnegative_int(raw["next_version"], f"{name}.next_version"),
-                # Manifests written before the history existed have none.
+                # Manifests written before histories and aliases existed have none.
                 history=[CurrentChange.from_json(c) for c in raw.get("history", [])],
+                aliases=_aliases(raw.get("aliases", {}), versions, name),
             )
         retired = {
             validate_name(name): _nonnegative_int(number, f"retired.{name}")
             for name, number in data.get("retired", {}).items()
         }
         return cls(generation=generation, models=models, retired=retired)
+
+
+def _aliases(raw: object, versions: Mapping[str, VersionRecord], name: str) -> dict[str, str]:
+    if not isinstance(raw, dict):
+        raise StoreCorruptionError(f"model {name!r}: aliases must be an object")
+    for alias, version in raw.items():
+        validate_alias(alias)
+        if version not in versions:
+            raise StoreCorruptionError(f"model {name!r}: alias {alias!r} names no version")
+    return dict(raw)
 
 
 class _SchemaTooNew(StoreError):
@@ -773,6 +801,10 @@ class ModelStore:
                 raise VersionConflict(
                     f"model {record.name!r} already has version {record.version!r}"
                 )
+            if record.version in entry.aliases:
+                raise VersionConflict(
+                    f"model {record.name!r} has an alias named {record.version!r}"
+                )
             entry.versions[record.version] = record
             number = _version_number(record.version)
             if number is not None:
@@ -822,6 +854,39 @@ class ModelStore:
 
         return self._mutate(change)
 
+    def set_alias(self, name: str, alias: str, version: str) -> Manifest:
+        """Make ``alias`` name ``version`` (a version or another alias) of ``name``; an alias may
+        not be a version's own name. Nothing is written if it already names it."""
+        validate_name(name)
+        validate_alias(alias)
+
+        def change(manifest: Manifest) -> bool:
+            entry = manifest.models.get(name)
+            if entry is None:
+                raise ModelNotFound(f"model {name!r} not found")
+            if alias in entry.versions:
+                raise VersionConflict(f"model {name!r} has a version named {alias!r}")
+            target = entry.resolve(version)
+            manifest.record(name, target)  # raises ModelNotFound naming the version
+            if entry.aliases.get(alias) == target:
+                return False
+            entry.aliases[alias] = target
+            return True
+
+        return self._mutate(change)
+
+    def delete_alias(self, name: str, alias: str) -> Manifest:
+        """Remove ``alias`` of ``name`` (:class:`ModelNotFound` if it has none such)."""
+        validate_name(name)
+
+        def change(manifest: Manifest) -> None:
+            entry = manifest.models.get(name)
+            if entry is None or alias not in entry.aliases:
+                raise ModelNotFound(f"model {name!r} has no alias {alias!r}")
+            del entry.aliases[alias]
+
+        return self._mutate(change)
+
     def delete(self, name: str, version: str | None = None, by: str = "") -> Manifest:
         """Delete a whole model, or one version of it.
 
@@ -840,6 +905,7 @@ class ModelStore:
             if version is not None:
                 manifest.record(name, version)  # raises ModelNotFound naming the version
                 del entry.versions[version]
+                entry.aliases = {a: v for a, v in entry.aliases.items() if v != version}
                 if entry.versions:
                     if entry.current == version:
                         entry.make_current(_newest(entry.versions), "delete", by)

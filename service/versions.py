@@ -22,7 +22,15 @@ from pydantic import BaseModel, ConfigDict, Field
 import compiler
 from compiler.options import TreeStrategy
 from service.batcher import Batcher
-from service.errors import ModelRejected, NotFound, NotReady, VersionFailed, VersionRetired, some_of
+from service.errors import (
+    BadRequest,
+    ModelRejected,
+    NotFound,
+    NotReady,
+    VersionFailed,
+    VersionRetired,
+    some_of,
+)
 from service.queue_delay import QueueDelay
 from service.store import CurrentChange, VersionRecord
 
@@ -204,8 +212,27 @@ class Versions:
         self._poll_interval_s = poll_interval_s  # a replica sync retries failed stored loads
         self.by_name: dict[str, dict[str, ModelVersion]] = {}
         self.current_version: dict[str, str] = {}
-        #: Each model's changes of its current version, as of the last manifest read or written.
+        #: Each model's changes of its current version, and its aliases (alias → version), as
+        #: of the last manifest read or written.
         self.histories: dict[str, list[CurrentChange]] = {}
+        self.aliases: dict[str, dict[str, str]] = {}
+
+    def resolve(self, name: str, version: str | None) -> tuple[str, str | None]:
+        """The model and version a request names: ``name@alias`` or an alias as the version
+        name the version the alias names (a version's own name wins)."""
+        if "@" in name:
+            if version is not None:
+                raise BadRequest(
+                    f"{name!r} names a version after '@'; do not name another ({version!r})"
+                )
+            name, version = name.split("@", 1)
+        if version is not None and version not in self.by_name.get(name, {}):
+            version = self.aliases.get(name, {}).get(version, version)
+        return name, version
+
+    def pinned(self, name: str) -> set[str]:
+        """The versions of ``name`` an alias names: they serve beside the current one."""
+        return set(self.aliases.get(name, {}).values())
 
     def states(self) -> Iterable[str]:
         return [v.state.value for vs in self.by_name.values() for v in vs.values()]
@@ -234,7 +261,9 @@ class Versions:
         return self.by_name.get(name, {}).get(version) if version is not None else None
 
     def lookup(self, name: str, version: str | None = None) -> ModelVersion:
-        """The version to describe (any state); the current one when ``version`` is None."""
+        """The version to describe (any state); the current one when ``version`` is None
+        (``name@alias`` and aliases: see :meth:`resolve`)."""
+        name, version = self.resolve(name, version)
         versions = self.by_name.get(name)
         if versions is None:
             raise self.no_model(name)
@@ -254,6 +283,7 @@ class Versions:
         mv = self.answering(name, version)
         if mv.state is State.READY and mv.batcher is not None:
             return mv
+        name, version = self.resolve(name, version)
         if version is not None and mv.state is State.RETIRED:  # asked for by number
             current = self.current(name)
             now = f"version {current.version} serves" if current is not None else "none serves"
@@ -267,8 +297,8 @@ class Versions:
         the current one; with none current, one still loading (it soon serves: 503, not the 409
         of a FAILED newest), else the newest."""
         mv = self.lookup(name, version)
-        if version is None and mv.state is not State.READY:
-            mv = next((v for v in self.versions(name) if v.state is State.LOADING), mv)
+        if self.resolve(name, version)[1] is None and mv.state is not State.READY:
+            mv = next((v for v in self.versions(mv.name) if v.state is State.LOADING), mv)
         return mv
 
     def not_serving(self, mv: ModelVersion) -> VersionFailed | NotReady:

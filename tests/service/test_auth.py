@@ -41,7 +41,7 @@ PUBLIC = {
     "/docs/oauth2-redirect",
     "/docs/static/{path}",
 }
-ABSENT = {"name": "absent-model", "version": "7", "path": "absent-file.js"}
+ABSENT = {"name": "absent-model", "version": "7", "path": "absent-file.js", "alias": "beta"}
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,13 @@ version that cannot load not left current, and the routes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 
-from service.errors import Conflict, NotReady
+from service.errors import Conflict, NotFound, NotReady
 from service.store import (
     HISTORY_LIMIT,
     Manifest,
@@ -206,6 +207,96 @@ def test_promote_and_rollback_under_load_lose_no_request(tmp_path: Path) -> None
         r = a.client.post("/models/m/promote", json={"v": "1"}, headers=a.admin)
         assert r.status_code == 400 and '{"version": "2"}' in r.json()["error"]["message"]
         assert a.client.post("/models/m/rollback").status_code == 401
+        # An alias: served beside the current version on every scoring route, on both replicas.
+        r = a.client.put("/models/m/aliases/stable", json={"version": "1"}, headers=a.admin)
+        assert r.status_code == 200 and r.json()["version"] == "1", r.text
+        for server in (a, b):
+            deadline = time.monotonic() + 30
+            while True:
+                r = server.client.post("/models/m@stable/predict", json=x[:3].tolist())
+                if r.status_code == 200 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            assert r.status_code == 200 and r.json()["version"] == "1", r.text
+            assert r.json()["model"] == "m"
+            assert (
+                server.client.post("/models/m/predict", json=x[:3].tolist()).json()["version"]
+                == "2"
+            )
+        infer = {
+            "inputs": [
+                {"name": "x", "shape": [3, 4], "datatype": "FP32", "data": x[:3].ravel().tolist()}
+            ]
+        }
+        r = a.client.post("/v2/models/m/versions/stable/infer", json=infer)
+        assert r.status_code == 200 and r.json()["model_version"] == "1", r.text
+        assert a.client.get("/models/m", headers=a.admin).json()["aliases"] == {"stable": "1"}
+        r = a.client.put("/models/m/aliases/7", json={"version": "1"}, headers=a.admin)
+        assert r.status_code == 400 and "numbers name versions" in r.text
+        assert a.client.delete("/models/m/aliases/stable", headers=a.admin).status_code == 204
+        assert a.client.post("/models/m@stable/predict", json=x[:3].tolist()).status_code == 404
     finally:
         b.stop()
         a.stop()
+
+
+def test_aliases_name_versions_and_go_with_them(tmp_path: Path) -> None:
+    from service.store import InvalidName, ModelNotFound, VersionConflict
+
+    store = ModelStore(str(tmp_path))
+    _stored(store, "1", "2", "3")
+    store.set_alias("m", "stable", "2")
+    store.set_alias("m", "canary", "stable")  # an alias of an alias names its version
+    entry = store.load_manifest().models["m"]
+    assert entry.aliases == {"canary": "2", "stable": "2"} and entry.resolve("canary") == "2"
+    with pytest.raises(InvalidName, match="numbers name versions"):
+        store.set_alias("m", "4", "1")
+    _stored(store, "gold")
+    store.set_current("m", "3")
+    with pytest.raises(VersionConflict, match="has a version named 'gold'"):
+        store.set_alias("m", "gold", "1")
+    with pytest.raises(ModelNotFound, match="no version 'beta'"):
+        store.set_alias("m", "next", "beta")
+    digest = store.put_blob(b"artifact")
+    with pytest.raises(VersionConflict, match="has an alias named 'stable'"):
+        store.commit(VersionRecord("m", "stable", digest, "skops", "m.skops"))
+    store.delete("m", "2")
+    assert store.load_manifest().models["m"].aliases == {}
+    with pytest.raises(ModelNotFound, match="no alias 'stable'"):
+        store.delete_alias("m", "stable")
+
+
+def test_an_alias_serves_its_version_beside_the_current_one(tmp_path: Path) -> None:
+    from tests.service.test_replica_sync import X
+
+    a, b = replica(tmp_path), replica(tmp_path)
+
+    async def answer(manager, name: str, version: str | None = None) -> str:  # type: ignore[no-untyped-def]
+        result = await manager.predict(name, version, X[:2].tolist(), outputs=None, deadline=None)
+        return result.version.version
+
+    async def scenario() -> None:
+        await registered(a, "a")
+        await registered(a, "b")
+        await b.recover()
+        await a.set_alias("m", "stable", "1")
+        assert await answer(a, "m@stable") == "1" and await answer(a, "m") == "2"
+        assert await answer(a, "m", "stable") == "1"  # an alias where a version is named
+        await b.sync()
+        assert await answer(b, "m@stable") == "1" and await answer(b, "m") == "2"
+        # Promoting the version an alias serves switches to it; the old current one stays
+        # only if an alias names it.
+        await a.promote("m", "stable")
+        await asyncio.sleep(0.05)  # the replaced version stops in a task of its own
+        assert a.current("m").version == "1" and a.lookup("m", "2").state is State.RETIRED
+        await a.set_alias("m", "canary", "2")
+        await a.rollback("m")
+        assert await answer(a, "m") == "2" and await answer(a, "m@stable") == "1"
+        await a.delete_alias("m", "stable")
+        assert a.lookup("m", "1").state is State.RETIRED
+        await b.sync()
+        assert await answer(b, "m") == "2" and b.lookup("m", "1").state is State.RETIRED
+        with pytest.raises(NotFound, match="no version 'stable'"):
+            await answer(b, "m@stable")  # no such alias any more: read as a version name
+
+    run(a, b)(scenario)
