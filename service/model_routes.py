@@ -47,6 +47,13 @@ def add_model_routes(app: FastAPI, parts: Components) -> None:
                 description="answer when the load ends: 201 (READY, or RETIRED since), or its error"
             ),
         ] = False,
+        promote: Annotated[
+            bool,
+            Query(
+                description="make it current once READY (false: stored only, for an alias, a "
+                "traffic split or a later promotion; a model's first version serves anyway)"
+            ),
+        ] = True,
     ) -> Response:
         data = await file.read()
         if not data:
@@ -62,6 +69,7 @@ def add_model_routes(app: FastAPI, parts: Components) -> None:
             sample=_parse_sample(sample),
             options=_parse_options(options),
             actor=actor(request),
+            promote=promote,
         )
         fmt = upload.format
         if fmt == "pickle" or (fmt is None and data[:1] == b"\x80"):
@@ -116,6 +124,7 @@ def add_model_routes(app: FastAPI, parts: Components) -> None:
                 "versions": [v.describe() for v in manager.versions(name)],
                 "history": [c.to_json() for c in manager.histories.get(name, [])],
                 "aliases": manager.aliases.get(name, {}),
+                "traffic": manager.traffic.get(name, {}),
             }
         )
 
@@ -136,6 +145,30 @@ def add_model_routes(app: FastAPI, parts: Components) -> None:
             raise BadRequest(f"path 'alias': {exc}") from None
         mv = await manager.set_alias(name, alias, version)
         return json_response({"name": name, "alias": alias, "version": mv.version})
+
+    @app.put(
+        "/models/{name}/traffic",
+        tags=["models"],
+        summary="Split unversioned requests between versions by weight (a canary)",
+        responses={
+            **openapi.ok(openapi.TrafficAnswer),
+            **openapi.errors(400, *openapi.AUTH, 404, 409, 503),
+        },
+    )
+    async def set_traffic(request: Request, name: str) -> Response:
+        body = await request.body()
+        doc = codecs.parse_json_field(body.decode("utf-8", "replace") or "null", "body")
+        weights = doc.get("weights") if isinstance(doc, dict) else None
+        if not isinstance(weights, dict):
+            raise BadRequest(
+                'the body must be a JSON object of weights by version: {"weights": {"2": 95, '
+                '"3": 5}} ({"weights": {}}: all to the current version)'
+            )
+        try:
+            split = await manager.set_traffic(name, weights)
+        except store.InvalidRecord as exc:
+            raise BadRequest(f"field 'weights': {exc}") from None
+        return json_response({"name": name, "weights": split})
 
     @app.delete(
         "/models/{name}/aliases/{alias}",

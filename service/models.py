@@ -89,12 +89,15 @@ class ModelManager(Versions):
         outputs: tuple[str, ...] | None,
         deadline: float | None,
         strict_columns: bool = False,
+        route_key: str | None = None,
     ) -> Prediction:
-        """Encode ``data``, batch it with other requests, decode the heads asked for.
+        """Encode ``data``, batch it with other requests, decode the heads asked for; an
+        unversioned request of a model whose traffic is split goes where :meth:`route` sends
+        ``route_key``.
 
         Columns of ``data`` the model does not read are scored past and named in
         :attr:`Prediction.ignored`, or, with ``strict_columns``, refused (422)."""
-        mv = self.serving(name, version)
+        mv = self.serving(name, self.route(name, version, route_key))
         for attempt in range(3):
             assert mv.model is not None and mv.batcher is not None
             decode_seconds = self.metrics.child(
@@ -115,7 +118,7 @@ class ModelManager(Versions):
                 # A hot swap closed this version's batcher between lookup and submit: the new
                 # current version answers instead (the request is not lost).
                 if version is None and attempt < 2:
-                    mv = self.serving(name, None)
+                    mv = self.serving(name, self.route(name, None, route_key))
                     continue
                 raise
             return Prediction(mv, scored.outputs, scored.rows, scored.decode_s, scored.ignored)
@@ -162,7 +165,7 @@ class ModelManager(Versions):
             mv.reserved = reserved
             self.add(mv)
         work = self.loader.submit(self.loader.build, mv, loaded.estimator, upload)
-        self._spawn(self._finish(mv, work, actor=upload.actor))
+        self._spawn(self._finish(mv, work, actor=upload.actor, current=upload.promote))
         return mv
 
     async def _finish(
@@ -189,14 +192,17 @@ class ModelManager(Versions):
                 if commit:
                     loop = asyncio.get_running_loop()
                     manifest = await loop.run_in_executor(
-                        None, lambda: self.store.commit(record, by=actor)
+                        None, lambda: self.store.commit(record, current, by=actor)
                     )
                     self._wrote(manifest)
                     mv.generation = manifest.generation
+                    current = manifest.models[mv.name].current == mv.version
                 mv.record = record
                 mv.load_seconds = time.perf_counter() - t0
                 mv.failed_loads = 0
                 self._activate(mv, current=current)
+            if not current:
+                await self._retire_unnamed()  # stored only, unless an alias or traffic names it
         except Exception as exc:  # every failure becomes the version's visible reason
             mv.state, mv.error = State.FAILED, _reason(exc)
             self._settle_heap()  # the last load of a burst may be the one that failed
@@ -259,6 +265,11 @@ class ModelManager(Versions):
         """Keep the version histories and aliases of a manifest read or written."""
         self.histories = {name: list(e.history) for name, e in manifest.models.items()}
         self.aliases = {name: dict(e.aliases) for name, e in manifest.models.items() if e.aliases}
+        self.traffic = {
+            name: dict(sorted(e.traffic.items()))
+            for name, e in manifest.models.items()
+            if e.traffic
+        }
 
     def _activate(self, mv: ModelVersion, *, current: bool = True) -> None:
         """READY: give the version a batcher and make it current; retire the previous one unless
@@ -388,6 +399,43 @@ class ModelManager(Versions):
             await self._retire_unnamed()  # what the alias named before, if nothing else does
             return mv
 
+    async def set_traffic(self, name: str, weights: dict[str, Any]) -> dict[str, float]:
+        """Split ``name``'s unversioned requests by ``weights`` (version or alias → weight; empty:
+        all to the current version) in the store, replicas following on their next sync; the
+        versions it names are loaded here first (beside the current one). Where one cannot
+        load, the split goes back to what it was and the error is raised."""
+        async with self._sync_lock:
+            self.lookup(name)
+            before = dict(self.traffic.get(name, {}))
+            loop = asyncio.get_running_loop()
+            async with self._lock:
+                manifest = await loop.run_in_executor(None, self.store.set_traffic, name, weights)
+                self._wrote(manifest)
+            entry = manifest.models[name]
+            known = self.by_name.get(name, {})
+            pinned = [known[v] for v in sorted(entry.named() - {entry.current}) if v in known]
+            await asyncio.gather(
+                *(
+                    self._load_stored(mv, manifest.generation, current=False)
+                    for mv in pinned
+                    if self._needs_load(mv, force=True)
+                )
+            )
+            failed = [mv for mv in pinned if mv.state is not State.READY]
+            if failed:
+                async with self._lock:
+                    restored = await loop.run_in_executor(
+                        None, self.store.set_traffic, name, before
+                    )
+                    self._wrote(restored)
+                await self._retire_unnamed()
+                raise NotReady(
+                    f"model {name!r} version {failed[0].version} could not be loaded: "
+                    f"{failed[0].error}"
+                )
+            await self._retire_unnamed()
+            return dict(entry.traffic)
+
     async def delete_alias(self, name: str, alias: str) -> None:
         """Remove ``alias`` of ``name``; the version it named stops serving here unless it is
         current or another alias names it (replicas follow on their next sync)."""
@@ -514,7 +562,7 @@ class ModelManager(Versions):
                     loads.append(self._load_stored(want, manifest.generation))
                 elif want is not None and self._serves_beside(want):
                     self._switch_current(want, manifest.generation)
-                for version in sorted(set(entry.aliases.values()) - {entry.current}):
+                for version in sorted(entry.named() - {entry.current}):
                     pinned = known.get(version)
                     if pinned is not None and self._needs_load(pinned, force=force):
                         loads.append(self._load_stored(pinned, manifest.generation, current=False))

@@ -177,6 +177,14 @@ class ModelDescription(BaseModel):
     versions: list[VersionDescription]
     history: list[CurrentChange] = Field(description="changes of the current version, oldest first")
     aliases: dict[str, str] = Field(description="alias → the version it names")
+    traffic: dict[str, float] = Field(
+        description="version → weight of unversioned requests ({}: all to the current version)"
+    )
+
+
+class TrafficAnswer(BaseModel):
+    name: str
+    weights: dict[str, float] = Field(description="version → weight ({}: all to the current one)")
 
 
 class AliasAnswer(BaseModel):

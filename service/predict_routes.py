@@ -14,7 +14,7 @@ from service import codecs, openapi
 from service.components import Components
 from service.errors import BadRequest
 from service.settings import Settings
-from service.web import json_response, query_flag, read_body
+from service.web import ROUTE_KEY_HEADER, json_response, query_flag, read_body
 
 DEADLINE_HEADER = "x-kestrel-timeout-ms"
 
@@ -30,7 +30,7 @@ def add_predict_routes(app: FastAPI, parts: Components) -> None:
 
     async def score(request: Request, name: str, version: str | None) -> Response:
         body = await read_body(request)
-        content_type, timeout = _scoring_headers(request.scope)
+        content_type, timeout, key = _scoring_headers(request.scope)
         decoded = codecs.decode_predict(body, content_type)
         query, strict = None, settings.strict_columns
         if request.scope["query_string"]:
@@ -45,6 +45,7 @@ def add_predict_routes(app: FastAPI, parts: Components) -> None:
             outputs=outputs,
             deadline=deadline_from(timeout, settings),
             strict_columns=strict,
+            route_key=key,
         )
         t0 = time.perf_counter()
         doc: dict[str, Any] = {
@@ -98,18 +99,22 @@ def add_predict_routes(app: FastAPI, parts: Components) -> None:
 
 _CONTENT_TYPE = b"content-type"
 _DEADLINE = DEADLINE_HEADER.encode()
+_ROUTE_KEY = ROUTE_KEY_HEADER.encode()
 
 
-def _scoring_headers(scope: Any) -> tuple[str | None, str | None]:
-    """The first Content-Type and deadline header values, in one pass over the raw headers."""
-    content_type = timeout = None
+def _scoring_headers(scope: Any) -> tuple[str | None, str | None, str | None]:
+    """The first Content-Type, deadline and route key header values, in one pass over the raw
+    headers."""
+    content_type = timeout = route_key = None
     for key, value in scope["headers"]:
         if key == _CONTENT_TYPE:
             if content_type is None:
                 content_type = value.decode("latin-1")
         elif key == _DEADLINE and timeout is None:
             timeout = value.decode("latin-1")
-    return content_type, timeout
+        elif key == _ROUTE_KEY and route_key is None:
+            route_key = value.decode("latin-1")
+    return content_type, timeout, route_key
 
 
 def deadline_from(header: str | None, settings: Settings) -> float | None:

@@ -54,6 +54,7 @@ __all__ = [
     "StoreError",
     "VersionConflict",
     "VersionRecord",
+    "check_weights",
     "validate_alias",
     "validate_digest",
     "validate_name",
@@ -321,6 +322,12 @@ class ModelEntry:
     history: list[CurrentChange] = field(default_factory=list)
     #: Other names of versions (``stable``, ``canary``, …): alias → version.
     aliases: dict[str, str] = field(default_factory=dict)
+    #: A split of the model's unversioned requests: version → weight (empty: all to current).
+    traffic: dict[str, float] = field(default_factory=dict)
+
+    def named(self) -> set[str]:
+        """The versions an alias names or traffic goes to (they serve beside the current one)."""
+        return set(self.aliases.values()) | {v for v, w in self.traffic.items() if w > 0}
 
     def resolve(self, version: str) -> str:
         """A version name, or the version an alias names (a version name wins)."""
@@ -328,6 +335,7 @@ class ModelEntry:
 
     def make_current(self, version: str, action: str, by: str) -> None:
         """Make ``version`` current and record the change (none if it already is current)."""
+        self.traffic = {}  # a split is over once one version is made current
         if version == self.current:
             return
         self.history.append(CurrentChange(action, self.current, version, by, time.time()))
@@ -404,6 +412,7 @@ class Manifest:
                     "versions": {v: rec.to_json() for v, rec in sorted(entry.versions.items())},
                     "history": [change.to_json() for change in entry.history],
                     "aliases": dict(sorted(entry.aliases.items())),
+                    "traffic": dict(sorted(entry.traffic.items())),
                 }
                 for name, entry in sorted(self.models.items())
             },
@@ -458,6 +467,7 @@ class Manifest:
                 # Manifests written before histories and aliases existed have none.
                 history=[CurrentChange.from_json(c) for c in raw.get("history", [])],
                 aliases=_aliases(raw.get("aliases", {}), versions, name),
+                traffic=_traffic(raw.get("traffic", {}), versions, name),
             )
         retired = {
             validate_name(name): _nonnegative_int(number, f"retired.{name}")
@@ -474,6 +484,36 @@ def _aliases(raw: object, versions: Mapping[str, VersionRecord], name: str) -> d
         if version not in versions:
             raise StoreCorruptionError(f"model {name!r}: alias {alias!r} names no version")
     return dict(raw)
+
+
+def _traffic(raw: object, versions: Mapping[str, VersionRecord], name: str) -> dict[str, float]:
+    if not isinstance(raw, dict):
+        raise StoreCorruptionError(f"model {name!r}: traffic must be an object")
+    if not raw:
+        return {}
+    try:
+        return check_weights(raw, versions)
+    except (InvalidRecord, ModelNotFound) as exc:
+        raise StoreCorruptionError(f"model {name!r}: {exc}") from None
+
+
+def check_weights(
+    weights: Mapping[str, object], versions: Mapping[str, object]
+) -> dict[str, float]:
+    """``weights`` (version → a non-negative number, some positive) as floats; else
+    :class:`InvalidRecord`, or :class:`ModelNotFound` for a version ``versions`` lacks."""
+    out: dict[str, float] = {}
+    for version, weight in weights.items():
+        if version not in versions:
+            raise ModelNotFound(f"no version {version!r} to send traffic to")
+        if isinstance(weight, bool) or not isinstance(weight, int | float):
+            raise InvalidRecord(f"the weight of version {version!r} must be a number")
+        if not (0 <= weight < float("inf")):
+            raise InvalidRecord(f"the weight of version {version!r} must be at least 0")
+        out[version] = float(weight)
+    if not any(w > 0 for w in out.values()):
+        raise InvalidRecord("traffic needs some version with a positive weight")
+    return out
 
 
 class _SchemaTooNew(StoreError):
@@ -809,7 +849,7 @@ class ModelStore:
             number = _version_number(record.version)
             if number is not None:
                 entry.next_version = max(entry.next_version, number + 1)
-            if make_current:
+            if make_current or entry.current is None:  # a model's first version serves
                 entry.make_current(record.version, "register", by)
 
         return self._mutate(change)
@@ -875,6 +915,26 @@ class ModelStore:
 
         return self._mutate(change)
 
+    def set_traffic(self, name: str, weights: Mapping[str, object]) -> Manifest:
+        """Split ``name``'s unversioned requests between versions (or aliases) by ``weights``;
+        empty: all to the current version again. Making a version current ends a split."""
+        validate_name(name)
+
+        def change(manifest: Manifest) -> None:
+            entry = manifest.models.get(name)
+            if entry is None:
+                raise ModelNotFound(f"model {name!r} not found")
+            resolved: dict[str, object] = {}
+            for version, weight in weights.items():
+                target = entry.resolve(version)
+                if target in resolved:
+                    raise InvalidRecord(f"version {target!r} is named twice")
+                resolved[target] = weight
+            checked = check_weights(resolved, entry.versions) if resolved else {}
+            entry.traffic = dict(sorted(checked.items()))  # one order: every replica routes alike
+
+        return self._mutate(change)
+
     def delete_alias(self, name: str, alias: str) -> Manifest:
         """Remove ``alias`` of ``name`` (:class:`ModelNotFound` if it has none such)."""
         validate_name(name)
@@ -906,6 +966,9 @@ class ModelStore:
                 manifest.record(name, version)  # raises ModelNotFound naming the version
                 del entry.versions[version]
                 entry.aliases = {a: v for a, v in entry.aliases.items() if v != version}
+                entry.traffic.pop(version, None)
+                if not any(w > 0 for w in entry.traffic.values()):
+                    entry.traffic = {}
                 if entry.versions:
                     if entry.current == version:
                         entry.make_current(_newest(entry.versions), "delete", by)

@@ -31,7 +31,7 @@ from service.models import ModelManager
 from service.parity import side_by_side
 from service.settings import Settings
 from service.versions import ModelVersion, State
-from service.web import json_response, query_flag, read_body
+from service.web import ROUTE_KEY_HEADER, json_response, query_flag, read_body
 
 HEADER_LENGTH = "inference-header-content-length"
 EMPTY_BATCH = "the input tensors hold an empty batch: send at least one row"
@@ -211,6 +211,7 @@ def rows_from_inputs(inputs: dict[str, np.ndarray], mv: ModelVersion) -> Any:
 
 
 _HEADER_LENGTH = HEADER_LENGTH.encode()
+_ROUTE_KEY = ROUTE_KEY_HEADER.encode()
 
 
 def _header(scope: Any, key: bytes) -> str | None:
@@ -439,6 +440,9 @@ def add_v2_routes(app: FastAPI, manager: ModelManager, settings: Settings) -> No
         body = await read_body(request)
         doc, tail = split_body(body, _header(request.scope, _HEADER_LENGTH))
         deadline = parse_deadline(doc)
+        # One version for the whole request where traffic is split (the inputs are read by its
+        # schema).
+        version = manager.route(name, version, _header(request.scope, _ROUTE_KEY))
         mv = manager.serving(name, version)
         inputs = parse_inputs(doc, tail)
         names, binary, _ = _outputs_requested(doc, mv)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import difflib
 import enum
+import hashlib
+import random
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -124,6 +126,7 @@ class Upload:
     options: ModelOptions = field(default_factory=ModelOptions)
     pickle_allowed: bool = False  # the caller checked the operator's switch and the admin token
     actor: str = ""  # who registered it (the version history records it)
+    promote: bool = True  # current once READY; False: stored only (a model's first still serves)
 
 
 @dataclass
@@ -216,6 +219,27 @@ class Versions:
         #: of the last manifest read or written.
         self.histories: dict[str, list[CurrentChange]] = {}
         self.aliases: dict[str, dict[str, str]] = {}
+        #: Splits of unversioned requests: model → version → weight (see :meth:`route`).
+        self.traffic: dict[str, dict[str, float]] = {}
+
+    def route(self, name: str, version: str | None, key: str | None = None) -> str | None:
+        """The version an unversioned request for ``name`` goes to where its traffic is split
+        (by weight: the same ``key`` always to the same version, on every replica; no key, at
+        random); else ``version`` as given (None: the current one)."""
+        weights = self.traffic.get(name) if version is None else None
+        if not weights:
+            return version
+        total = sum(weights.values())
+        if key is None:
+            point = random.random() * total
+        else:
+            digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+            point = int.from_bytes(digest, "big") / 2**64 * total
+        for chosen, weight in weights.items():
+            point -= weight
+            if point < 0:
+                return chosen
+        return max(weights, key=lambda v: weights[v])
 
     def resolve(self, name: str, version: str | None) -> tuple[str, str | None]:
         """The model and version a request names: ``name@alias`` or an alias as the version
@@ -231,8 +255,10 @@ class Versions:
         return name, version
 
     def pinned(self, name: str) -> set[str]:
-        """The versions of ``name`` an alias names: they serve beside the current one."""
-        return set(self.aliases.get(name, {}).values())
+        """The versions of ``name`` an alias names or traffic goes to: they serve beside the
+        current one."""
+        split = {v for v, w in self.traffic.get(name, {}).items() if w > 0}
+        return set(self.aliases.get(name, {}).values()) | split
 
     def states(self) -> Iterable[str]:
         return [v.state.value for vs in self.by_name.values() for v in vs.values()]

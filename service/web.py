@@ -50,3 +50,8 @@ def query_flag(params: Mapping[str, str], field: str, default: bool) -> bool:
         raise BadRequest(
             f"query parameter {field!r} must be true or false, got {value!r}"
         ) from None
+
+
+#: Scoring requests with the same value of this header go to the same version where a model's
+#: traffic is split (``Versions.route``).
+ROUTE_KEY_HEADER = "x-kestrel-route-key"

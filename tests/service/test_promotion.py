@@ -235,6 +235,31 @@ def test_promote_and_rollback_under_load_lose_no_request(tmp_path: Path) -> None
         assert r.status_code == 400 and "numbers name versions" in r.text
         assert a.client.delete("/models/m/aliases/stable", headers=a.admin).status_code == 204
         assert a.client.post("/models/m@stable/predict", json=x[:3].tolist()).status_code == 404
+        # A 5 % canary of version 1, by route key, alike on both replicas.
+        r = a.client.put("/models/m/traffic", json={"weights": {"2": 95, "1": 5}}, headers=a.admin)
+        assert r.status_code == 200 and r.json()["weights"] == {"1": 5.0, "2": 95.0}, r.text
+
+        def versions_for(server: LiveServer, keys: list[str]) -> list[str]:
+            return [
+                server.client.post(
+                    "/models/m/predict", json=x[:1].tolist(), headers={"x-kestrel-route-key": k}
+                ).json()["version"]
+                for k in keys
+            ]
+
+        keys = [f"user-{i}" for i in range(2000)]
+        on_a = versions_for(a, keys)
+        assert 0.04 <= on_a.count("1") / len(keys) <= 0.06, on_a.count("1")
+        deadline = time.monotonic() + 30
+        while b.client.get("/models/m", headers=b.admin).json()["traffic"] != {"1": 5.0, "2": 95.0}:
+            assert time.monotonic() < deadline, "replica b did not follow the split"
+            time.sleep(0.05)
+        assert versions_for(b, keys[:200]) == on_a[:200]
+        r = a.client.put("/models/m/traffic", json={"weights": {"1": -1}}, headers=a.admin)
+        assert r.status_code == 400 and "at least 0" in r.text
+        r = a.client.put("/models/m/traffic", json={"weights": {}}, headers=a.admin)
+        assert r.status_code == 200 and r.json()["weights"] == {}
+        assert set(versions_for(a, keys[:100])) == {"2"}
     finally:
         b.stop()
         a.stop()
@@ -298,5 +323,58 @@ def test_an_alias_serves_its_version_beside_the_current_one(tmp_path: Path) -> N
         assert await answer(b, "m") == "2" and b.lookup("m", "1").state is State.RETIRED
         with pytest.raises(NotFound, match="no version 'stable'"):
             await answer(b, "m@stable")  # no such alias any more: read as a version name
+
+    run(a, b)(scenario)
+
+
+def test_a_canary_gets_its_share_and_a_key_sticks_to_one_version(tmp_path: Path) -> None:
+    import random
+
+    from tests.service.test_replica_sync import X, upload
+
+    a, b = replica(tmp_path), replica(tmp_path)
+
+    async def served(manager, key: str | None) -> str:  # type: ignore[no-untyped-def]
+        result = await manager.predict(
+            "m", None, X[:1].tolist(), outputs=None, deadline=None, route_key=key
+        )
+        return result.version.version
+
+    async def scenario() -> None:
+        await registered(a, "a")
+        staged = upload("b")
+        staged.promote = False  # stored only: version 1 keeps serving
+        mv = await a.register(staged)
+        assert await a.wait(mv, 120) and mv.record is not None
+        await asyncio.sleep(0.05)
+        assert a.current("m").version == "1" and mv.state is State.RETIRED
+        await b.recover()
+
+        assert await a.set_traffic("m", {"1": 95, "2": 5}) == {"1": 95.0, "2": 5.0}
+        assert a.lookup("m", "2").state is State.READY  # loaded beside the current one
+        await b.sync()
+        keys = [f"user-{i}" for i in range(2000)]
+        on_a = [await served(a, k) for k in keys]
+        share = on_a.count("2") / len(keys)
+        assert 0.04 <= share <= 0.06, share
+        assert [await served(b, k) for k in keys[:300]] == on_a[:300]  # every replica alike
+        random.seed(7)
+        unkeyed = [await served(a, None) for _ in range(2000)]
+        assert 0.04 <= unkeyed.count("2") / 2000 <= 0.06
+
+        from service.store import InvalidRecord, ModelNotFound
+
+        with pytest.raises(ModelNotFound, match="no version '9'"):
+            await a.set_traffic("m", {"1": 1, "9": 1})
+        with pytest.raises(InvalidRecord, match="some version with a positive weight"):
+            await a.set_traffic("m", {"1": 0})
+        assert a.traffic["m"] == {"1": 95.0, "2": 5.0}  # refused: unchanged
+
+        await a.promote("m", "2")  # a promotion ends the split
+        assert a.traffic.get("m") is None
+        assert {await served(a, k) for k in keys[:50]} == {"2"}
+        await b.sync()
+        await asyncio.sleep(0.05)
+        assert b.current("m").version == "2" and b.lookup("m", "1").state is State.RETIRED
 
     run(a, b)(scenario)
