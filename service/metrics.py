@@ -42,6 +42,8 @@ LATENCY_BUCKETS = (
 ROW_BUCKETS = tuple(float(1 << k) for k in range(0, 18))
 LOAD_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 600)
 PHASE_BUCKETS = (0.01, 0.025, 0.05, *LOAD_BUCKETS)
+#: |Δ| between two versions' answers: 0 (identical) up to a whole probability, by decades.
+DIFF_BUCKETS = (0.0, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 0.1, 1.0)
 
 REJECTION_REASONS = (
     "queue_full",
@@ -165,6 +167,33 @@ class Metrics:
             "kestrel_model_info",
             "1 for every live model version, with its state.",
             ("model", "version", "state", "format"),
+            registry=r,
+        )
+        # Shadow traffic (service/shadow.py): per (model, serving version, shadow version).
+        self.shadow_requests = Counter(
+            "kestrel_shadow_requests",
+            "Live requests mirrored to a shadow version, by result (compared, dropped: too many "
+            "in flight, failed: the shadow raised, incomparable: different heads or shapes).",
+            ("model", "version", "shadow", "result"),
+            registry=r,
+        )
+        self.shadow_rows = Counter(
+            "kestrel_shadow_rows",
+            "Rows scored by both a serving version and its shadow.",
+            ("model", "version", "shadow"),
+            registry=r,
+        )
+        self.shadow_label_disagreements = Counter(
+            "kestrel_shadow_label_disagreements",
+            "Rows whose predicted label differs between a serving version and its shadow.",
+            ("model", "version", "shadow"),
+            registry=r,
+        )
+        self.shadow_abs_diff = Histogram(
+            "kestrel_shadow_max_abs_diff",
+            "Per mirrored request, the largest |serving - shadow| of each numeric output.",
+            ("model", "version", "shadow", "output"),
+            buckets=DIFF_BUCKETS,
             registry=r,
         )
         # A caller passing prometheus_client's default registry already has this collector.

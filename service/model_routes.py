@@ -12,6 +12,7 @@ from service import artifacts, codecs, openapi, store
 from service.access import Auth
 from service.components import Components
 from service.errors import BadRequest, Forbidden, InvalidInput, ModelRejected, PayloadTooLarge
+from service.models import ModelManager
 from service.settings import Settings
 from service.versions import ModelOptions, ModelVersion, State, Upload, failure_error
 from service.web import json_response
@@ -125,6 +126,7 @@ def add_model_routes(app: FastAPI, parts: Components) -> None:
                 "history": [c.to_json() for c in manager.histories.get(name, [])],
                 "aliases": manager.aliases.get(name, {}),
                 "traffic": manager.traffic.get(name, {}),
+                "shadow": _shadow(manager, name),
             }
         )
 
@@ -156,9 +158,7 @@ def add_model_routes(app: FastAPI, parts: Components) -> None:
         },
     )
     async def set_traffic(request: Request, name: str) -> Response:
-        body = await request.body()
-        doc = codecs.parse_json_field(body.decode("utf-8", "replace") or "null", "body")
-        weights = doc.get("weights") if isinstance(doc, dict) else None
+        weights = (await _json_body(request)).get("weights")
         if not isinstance(weights, dict):
             raise BadRequest(
                 'the body must be a JSON object of weights by version: {"weights": {"2": 95, '
@@ -169,6 +169,36 @@ def add_model_routes(app: FastAPI, parts: Components) -> None:
         except store.InvalidRecord as exc:
             raise BadRequest(f"field 'weights': {exc}") from None
         return json_response({"name": name, "weights": split})
+
+    @app.put(
+        "/models/{name}/shadow",
+        tags=["models"],
+        summary="Mirror a share of live requests to another version and compare the answers",
+        responses={
+            **openapi.ok(openapi.ShadowAnswer),
+            **openapi.errors(400, *openapi.AUTH, 404, 409, 503),
+        },
+    )
+    async def set_shadow(request: Request, name: str) -> Response:
+        version = await _version_field(request)
+        share = (await _json_body(request)).get("share", 0.1)
+        try:
+            store.check_share(share)
+        except store.InvalidRecord as exc:
+            raise BadRequest(f"field 'share': {exc}") from None
+        await manager.set_shadow(name, version, share)
+        return json_response({"name": name, "shadow": _shadow(manager, name)})
+
+    @app.delete(
+        "/models/{name}/shadow",
+        tags=["models"],
+        status_code=204,
+        summary="Stop mirroring requests",
+        responses=openapi.errors(*openapi.AUTH, 404),
+    )
+    async def delete_shadow(request: Request, name: str) -> Response:
+        await manager.set_shadow(name, None)
+        return Response(status_code=204)
 
     @app.delete(
         "/models/{name}/aliases/{alias}",
@@ -261,11 +291,24 @@ def actor(request: Request) -> str:
     return f"client {client.host}" if client is not None else ""
 
 
+async def _json_body(request: Request) -> dict[str, Any]:
+    """The request's body as a JSON object ({} when empty)."""
+    body = await request.body()
+    doc = codecs.parse_json_field(body.decode("utf-8", "replace") or "{}", "body")
+    if not isinstance(doc, dict):
+        raise BadRequest(f"the body must be a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+def _shadow(manager: ModelManager, name: str) -> dict[str, Any] | None:
+    shadow = manager.shadows.get(name)
+    return None if shadow is None else {"version": shadow[0], "share": shadow[1]}
+
+
 async def _version_field(request: Request) -> str:
     """The ``version`` of a JSON body ``{"version": "2"}``, checked."""
-    body = await request.body()
-    doc = codecs.parse_json_field(body.decode("utf-8", "replace") or "null", "body")
-    if not isinstance(doc, dict) or "version" not in doc:
+    doc = await _json_body(request)
+    if "version" not in doc:
         raise BadRequest('the body must be a JSON object naming the version: {"version": "2"}')
     value = doc["version"]
     if isinstance(value, int) and not isinstance(value, bool):

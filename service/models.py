@@ -26,6 +26,7 @@ from service.loading import Loader
 from service.metrics import Metrics
 from service.serving import Serving
 from service.settings import Settings
+from service.shadow import Mirror
 from service.store import Manifest, ModelStore, VersionRecord, validate_name
 from service.versions import (
     LoadProgress,
@@ -61,6 +62,7 @@ class ModelManager(Versions):
         self.scoring_load = scoring_load or ScoringLoad(settings.max_in_flight)
         self.loader = Loader(settings, store, metrics, cache)
         self._serving = Serving(settings, metrics, self.scoring_load)
+        self.mirror = Mirror(metrics)
         self._generation = -1  # the manifest generation sync() last applied
         # The newest generation this process wrote (commit, delete): a manifest read older than
         # that predates our own write, and applying it would undo it (e.g. bring back the version
@@ -121,8 +123,26 @@ class ModelManager(Versions):
                     mv = self.serving(name, self.route(name, None, route_key))
                     continue
                 raise
+            self._mirror(mv, data, outputs, scored.outputs, scored.rows)
             return Prediction(mv, scored.outputs, scored.rows, scored.decode_s, scored.ignored)
         raise NotReady(f"model {name!r} is being replaced; retry")
+
+    def _mirror(
+        self,
+        mv: ModelVersion,
+        data: Any,
+        outputs: tuple[str, ...] | None,
+        answer: dict[str, Any],
+        rows: int,
+    ) -> None:
+        """Mirror a scored request to the model's shadow version, where it has one and this
+        request falls in its share (:mod:`service.shadow`); the answer is already final."""
+        shadow = self.shadows.get(mv.name)
+        if shadow is None or shadow[0] == mv.version or not self.mirror.wants(shadow[1]):
+            return
+        target = self.by_name.get(mv.name, {}).get(shadow[0])
+        if target is not None and self.mirror.admit(mv, target):
+            self._spawn(self.mirror.run(mv, target, data, outputs, answer, rows))
 
     # -- registration ----------------------------------------------------------------------------
     async def register(self, upload: Upload) -> ModelVersion:
@@ -200,9 +220,12 @@ class ModelManager(Versions):
                 mv.record = record
                 mv.load_seconds = time.perf_counter() - t0
                 mv.failed_loads = 0
-                self._activate(mv, current=current)
-            if not current:
-                await self._retire_unnamed()  # stored only, unless an alias or traffic names it
+                if current or mv.version in self.pinned(mv.name):
+                    self._activate(mv, current=current)
+                else:  # registered to be stored only: it serves once something names it
+                    mv.state, mv.model = State.RETIRED, None
+                    Serving.stop_executor(mv)
+                    mv.done.set()
         except Exception as exc:  # every failure becomes the version's visible reason
             mv.state, mv.error = State.FAILED, _reason(exc)
             self._settle_heap()  # the last load of a burst may be the one that failed
@@ -262,14 +285,15 @@ class ModelManager(Versions):
         self._saw(manifest)
 
     def _saw(self, manifest: Manifest) -> None:
-        """Keep the version histories and aliases of a manifest read or written."""
-        self.histories = {name: list(e.history) for name, e in manifest.models.items()}
-        self.aliases = {name: dict(e.aliases) for name, e in manifest.models.items() if e.aliases}
+        """Keep what a manifest read or written says beside the versions: histories, aliases,
+        traffic splits and shadows."""
+        models = manifest.models
+        self.histories = {name: list(e.history) for name, e in models.items()}
+        self.aliases = {name: dict(e.aliases) for name, e in models.items() if e.aliases}
         self.traffic = {
-            name: dict(sorted(e.traffic.items()))
-            for name, e in manifest.models.items()
-            if e.traffic
+            name: dict(sorted(e.traffic.items())) for name, e in models.items() if e.traffic
         }
+        self.shadows = {name: e.shadow for name, e in models.items() if e.shadow is not None}
 
     def _activate(self, mv: ModelVersion, *, current: bool = True) -> None:
         """READY: give the version a batcher and make it current; retire the previous one unless
@@ -435,6 +459,39 @@ class ModelManager(Versions):
                 )
             await self._retire_unnamed()
             return dict(entry.traffic)
+
+    async def set_shadow(self, name: str, version: str | None, share: float = 0.0) -> None:
+        """Mirror ``share`` of ``name``'s live requests to stored ``version`` (None: none), in the
+        store (replicas follow on their next sync); the version is loaded here first, beside
+        the current one. Where it cannot load, the shadow goes back and the error is raised."""
+        async with self._sync_lock:
+            target = self.lookup(name, version) if version is not None else None
+            if target is not None and target.record is None:
+                raise Conflict(
+                    f"model {name!r} version {target.version} is {target.state.value} and not "
+                    "stored: only a registered version can shadow"
+                )
+            name = self.lookup(name).name
+            before = self.shadows.get(name)
+            loop = asyncio.get_running_loop()
+            chosen = None if target is None else target.version
+            async with self._lock:
+                manifest = await loop.run_in_executor(
+                    None, self.store.set_shadow, name, chosen, share
+                )
+                self._wrote(manifest)
+            if target is not None and self._needs_load(target, force=True):
+                await self._load_stored(target, manifest.generation, current=False)
+            if target is not None and target.state is not State.READY:
+                async with self._lock:
+                    back = (None, 0.0) if before is None else before
+                    restored = await loop.run_in_executor(None, self.store.set_shadow, name, *back)
+                    self._wrote(restored)
+                await self._retire_unnamed()
+                raise NotReady(
+                    f"model {name!r} version {target.version} could not be loaded: {target.error}"
+                )
+            await self._retire_unnamed()
 
     async def delete_alias(self, name: str, alias: str) -> None:
         """Remove ``alias`` of ``name``; the version it named stops serving here unless it is

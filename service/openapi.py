@@ -180,6 +180,17 @@ class ModelDescription(BaseModel):
     traffic: dict[str, float] = Field(
         description="version → weight of unversioned requests ({}: all to the current version)"
     )
+    shadow: Shadow | None = Field(description="where live requests are mirrored, if anywhere")
+
+
+class Shadow(BaseModel):
+    version: str = Field(description="the version live requests are mirrored to")
+    share: float = Field(description="the share of requests mirrored, in (0, 1]")
+
+
+class ShadowAnswer(BaseModel):
+    name: str
+    shadow: Shadow | None
 
 
 class TrafficAnswer(BaseModel):

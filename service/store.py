@@ -54,6 +54,7 @@ __all__ = [
     "StoreError",
     "VersionConflict",
     "VersionRecord",
+    "check_share",
     "check_weights",
     "validate_alias",
     "validate_digest",
@@ -324,10 +325,14 @@ class ModelEntry:
     aliases: dict[str, str] = field(default_factory=dict)
     #: A split of the model's unversioned requests: version → weight (empty: all to current).
     traffic: dict[str, float] = field(default_factory=dict)
+    #: The version that live requests are mirrored to, and the share mirrored (None: none).
+    shadow: tuple[str, float] | None = None
 
     def named(self) -> set[str]:
-        """The versions an alias names or traffic goes to (they serve beside the current one)."""
-        return set(self.aliases.values()) | {v for v, w in self.traffic.items() if w > 0}
+        """The versions an alias names, traffic goes to or requests are mirrored to (they serve
+        beside the current one)."""
+        split = {v for v, w in self.traffic.items() if w > 0}
+        return set(self.aliases.values()) | split | ({self.shadow[0]} if self.shadow else set())
 
     def resolve(self, version: str) -> str:
         """A version name, or the version an alias names (a version name wins)."""
@@ -413,6 +418,9 @@ class Manifest:
                     "history": [change.to_json() for change in entry.history],
                     "aliases": dict(sorted(entry.aliases.items())),
                     "traffic": dict(sorted(entry.traffic.items())),
+                    "shadow": None
+                    if entry.shadow is None
+                    else {"version": entry.shadow[0], "share": entry.shadow[1]},
                 }
                 for name, entry in sorted(self.models.items())
             },
@@ -468,6 +476,7 @@ class Manifest:
                 history=[CurrentChange.from_json(c) for c in raw.get("history", [])],
                 aliases=_aliases(raw.get("aliases", {}), versions, name),
                 traffic=_traffic(raw.get("traffic", {}), versions, name),
+                shadow=_shadow(raw.get("shadow"), versions, name),
             )
         retired = {
             validate_name(name): _nonnegative_int(number, f"retired.{name}")
@@ -495,6 +504,26 @@ def _traffic(raw: object, versions: Mapping[str, VersionRecord], name: str) -> d
         return check_weights(raw, versions)
     except (InvalidRecord, ModelNotFound) as exc:
         raise StoreCorruptionError(f"model {name!r}: {exc}") from None
+
+
+def _shadow(
+    raw: object, versions: Mapping[str, VersionRecord], name: str
+) -> tuple[str, float] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or raw.get("version") not in versions:
+        raise StoreCorruptionError(f"model {name!r}: shadow names no version")
+    try:
+        return raw["version"], check_share(raw.get("share"))
+    except InvalidRecord as exc:
+        raise StoreCorruptionError(f"model {name!r}: {exc}") from None
+
+
+def check_share(share: object) -> float:
+    """A share of requests: a number in (0, 1]; else :class:`InvalidRecord`."""
+    if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+        raise InvalidRecord(f"the share mirrored must be a number in (0, 1], got {share!r}")
+    return float(share)
 
 
 def check_weights(
@@ -935,6 +964,24 @@ class ModelStore:
 
         return self._mutate(change)
 
+    def set_shadow(self, name: str, version: str | None, share: float = 0.0) -> Manifest:
+        """Mirror ``share`` of ``name``'s live requests to ``version`` (or an alias); None: mirror
+        none."""
+        validate_name(name)
+
+        def change(manifest: Manifest) -> None:
+            entry = manifest.models.get(name)
+            if entry is None:
+                raise ModelNotFound(f"model {name!r} not found")
+            if version is None:
+                entry.shadow = None
+                return
+            target = entry.resolve(version)
+            manifest.record(name, target)  # raises ModelNotFound naming the version
+            entry.shadow = (target, check_share(share))
+
+        return self._mutate(change)
+
     def delete_alias(self, name: str, alias: str) -> Manifest:
         """Remove ``alias`` of ``name`` (:class:`ModelNotFound` if it has none such)."""
         validate_name(name)
@@ -967,6 +1014,8 @@ class ModelStore:
                 del entry.versions[version]
                 entry.aliases = {a: v for a, v in entry.aliases.items() if v != version}
                 entry.traffic.pop(version, None)
+                if entry.shadow is not None and entry.shadow[0] == version:
+                    entry.shadow = None
                 if not any(w > 0 for w in entry.traffic.values()):
                     entry.traffic = {}
                 if entry.versions:

@@ -221,6 +221,8 @@ class Versions:
         self.aliases: dict[str, dict[str, str]] = {}
         #: Splits of unversioned requests: model → version → weight (see :meth:`route`).
         self.traffic: dict[str, dict[str, float]] = {}
+        #: Shadow versions: model → (version mirrored to, share of requests).
+        self.shadows: dict[str, tuple[str, float]] = {}
 
     def route(self, name: str, version: str | None, key: str | None = None) -> str | None:
         """The version an unversioned request for ``name`` goes to where its traffic is split
@@ -255,10 +257,11 @@ class Versions:
         return name, version
 
     def pinned(self, name: str) -> set[str]:
-        """The versions of ``name`` an alias names or traffic goes to: they serve beside the
-        current one."""
+        """The versions of ``name`` an alias names, traffic goes to or requests are mirrored to:
+        they serve beside the current one."""
         split = {v for v, w in self.traffic.get(name, {}).items() if w > 0}
-        return set(self.aliases.get(name, {}).values()) | split
+        shadow = self.shadows.get(name)
+        return set(self.aliases.get(name, {}).values()) | split | ({shadow[0]} if shadow else set())
 
     def states(self) -> Iterable[str]:
         return [v.state.value for vs in self.by_name.values() for v in vs.values()]

@@ -7,6 +7,7 @@ import asyncio
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from service.errors import Conflict, NotFound, NotReady
@@ -260,6 +261,37 @@ def test_promote_and_rollback_under_load_lose_no_request(tmp_path: Path) -> None
         r = a.client.put("/models/m/traffic", json={"weights": {}}, headers=a.admin)
         assert r.status_code == 200 and r.json()["weights"] == {}
         assert set(versions_for(a, keys[:100])) == {"2"}
+        # A retrained version 2 with one branch moved, staged (stored only) and shadowing:
+        # every label it flips on live requests is counted; the clients still get version 2.
+        import copy
+        import io
+
+        flipped = copy.deepcopy(models[1])
+        root = flipped.estimators_[0].tree_
+        root.threshold[0] += 0.75
+        flips = flipped.predict(x) != models[1].predict(x)
+        assert flips.any()
+        r = a.client.post(
+            "/models",
+            params={"wait": "true", "promote": "false"},
+            data={"name": "m", "options": options},
+            files={"file": ("m.skops", io.BytesIO(sio.dumps(flipped)))},
+            headers=a.admin,
+        )
+        assert r.status_code == 201 and r.json()["version"] == "3", r.text
+        r = a.client.put("/models/m/shadow", json={"version": "3", "share": 1.0}, headers=a.admin)
+        assert r.status_code == 200 and r.json()["shadow"] == {"version": "3", "share": 1.0}
+        for i in range(0, len(x), 3):
+            r = a.client.post("/models/m/predict", json=x[i : i + 3].tolist())
+            assert r.json()["version"] == "2"
+        labels = {"model": "m", "version": "2", "shadow": "3"}
+        deadline = time.monotonic() + 30
+        while a.metric("kestrel_shadow_rows_total", **labels) < len(x):
+            assert time.monotonic() < deadline, "the mirrors did not finish"
+            time.sleep(0.05)
+        disagreements = a.metric("kestrel_shadow_label_disagreements_total", **labels)
+        assert disagreements == int(flips.sum()), (disagreements, int(flips.sum()))
+        assert a.client.delete("/models/m/shadow", headers=a.admin).status_code == 204
     finally:
         b.stop()
         a.stop()
@@ -378,3 +410,58 @@ def test_a_canary_gets_its_share_and_a_key_sticks_to_one_version(tmp_path: Path)
         assert b.current("m").version == "2" and b.lookup("m", "1").state is State.RETIRED
 
     run(a, b)(scenario)
+
+
+def test_a_shadow_version_scores_mirrored_requests_off_the_request_path(tmp_path: Path) -> None:
+    from service.shadow import divergence
+    from tests.service.test_replica_sync import MODELS, X, upload
+
+    a = replica(tmp_path)
+
+    async def scenario() -> None:
+        await registered(a, "a")
+        staged = upload("b")
+        staged.promote = False
+        mv = await a.register(staged)
+        assert await a.wait(mv, 120)
+        await a.set_shadow("m", "2", 1.0)
+        assert a.lookup("m", "2").state is State.READY and a.current("m").version == "1"
+        for _ in range(20):
+            await serves(a, "a", "1")  # the client's answer is version 1's
+        for _ in range(100):  # the mirrors finish on their own
+            if a.mirror.in_flight == 0:
+                break
+            await asyncio.sleep(0.02)
+        registry = a.metrics.registry
+        labels = {"model": "m", "version": "1", "shadow": "2"}
+        sample = registry.get_sample_value
+        assert sample("kestrel_shadow_requests_total", {**labels, "result": "compared"}) == 20
+        assert sample("kestrel_shadow_rows_total", labels) == 20 * 5
+        gap = float(np.max(np.abs(MODELS["a"].predict(X[:5]) - MODELS["b"].predict(X[:5]))))
+        count = sample("kestrel_shadow_max_abs_diff_count", {**labels, "output": "predict"})
+        assert count == 20
+        total = sample("kestrel_shadow_max_abs_diff_sum", {**labels, "output": "predict"})
+        assert abs(total / 20 - gap) < 1e-3 * max(1.0, gap)
+        await a.set_shadow("m", None)
+        await asyncio.sleep(0.05)
+        assert a.lookup("m", "2").state is State.RETIRED and a.shadows.get("m") is None
+
+    run(a)(scenario)
+
+    same = divergence(
+        {"predict": np.array([0, 1, 1])}, {"predict": np.array([0, 0, 1])}, 3, labels=True
+    )
+    assert same is not None and same.label_disagreements == 1 and same.max_abs_diff == {}
+    proba = divergence(
+        {"predict_proba": np.array([[0.2, 0.8]])},
+        {"predict_proba": np.array([[0.25, 0.75]])},
+        1,
+        labels=True,
+    )
+    assert proba is not None and abs(proba.max_abs_diff["predict_proba"] - 0.05) < 1e-12
+    assert (
+        divergence(
+            {"predict_proba": np.zeros((1, 2))}, {"predict_proba": np.zeros((1, 3))}, 1, labels=True
+        )
+        is None
+    )
