@@ -211,6 +211,7 @@ class Loader:
                 f"parity check failed on {result.source} and probe rows: {result.problem}"
             )
         mv.model = model
+        mv.source = estimator  # live parity rescores sampled rows with it (service.live_parity)
 
 
 def _stored_plan(mv: ModelVersion, record: VersionRecord) -> lz.ExecutionPlan | None:

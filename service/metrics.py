@@ -196,6 +196,34 @@ class Metrics:
             buckets=DIFF_BUCKETS,
             registry=r,
         )
+        # Live parity (service/live_parity.py): served answers against the source estimator.
+        self.live_parity_samples = Counter(
+            "kestrel_live_parity_samples",
+            "Sampled requests whose served answers were rescored by the source estimator, by "
+            "result (checked, dropped: the worker's queue was full, failed: the source raised).",
+            ("model", "version", "result"),
+            registry=r,
+        )
+        self.live_parity_rows = Counter(
+            "kestrel_live_parity_rows",
+            "Served rows rescored by the source estimator.",
+            ("model", "version"),
+            registry=r,
+        )
+        self.live_parity_mismatches = Counter(
+            "kestrel_live_parity_mismatched_rows",
+            "Served rows whose output differs from the source's (predict: the label; other "
+            "outputs: beyond the parity tolerance).",
+            ("model", "version", "output"),
+            registry=r,
+        )
+        self.live_parity_abs_diff = Histogram(
+            "kestrel_live_parity_max_abs_diff",
+            "Per rescored request, the largest |served - source| of each numeric output.",
+            ("model", "version", "output"),
+            buckets=DIFF_BUCKETS,
+            registry=r,
+        )
         # A caller passing prometheus_client's default registry already has this collector.
         with contextlib.suppress(ValueError):
             ProcessCollector(registry=r)

@@ -22,6 +22,7 @@ from service import gcpolicy, scoring
 from service.admission import ScoringLoad
 from service.batcher import BatcherClosedError
 from service.errors import Conflict, NotFound, NotReady, http_error_for
+from service.live_parity import LiveParity
 from service.loading import Loader
 from service.metrics import Metrics
 from service.serving import Serving
@@ -63,6 +64,7 @@ class ModelManager(Versions):
         self.loader = Loader(settings, store, metrics, cache)
         self._serving = Serving(settings, metrics, self.scoring_load)
         self.mirror = Mirror(metrics)
+        self.live_parity = LiveParity(settings, metrics)
         self._generation = -1  # the manifest generation sync() last applied
         # The newest generation this process wrote (commit, delete): a manifest read older than
         # that predates our own write, and applying it would undo it (e.g. bring back the version
@@ -124,6 +126,7 @@ class ModelManager(Versions):
                     continue
                 raise
             self._mirror(mv, data, outputs, scored.outputs, scored.rows)
+            self.live_parity.offer(mv, data, scored.outputs, scored.rows)
             return Prediction(mv, scored.outputs, scored.rows, scored.decode_s, scored.ignored)
         raise NotReady(f"model {name!r} is being replaced; retry")
 
@@ -223,7 +226,7 @@ class ModelManager(Versions):
                 if current or mv.version in self.pinned(mv.name):
                     self._activate(mv, current=current)
                 else:  # registered to be stored only: it serves once something names it
-                    mv.state, mv.model = State.RETIRED, None
+                    mv.state, mv.model, mv.source = State.RETIRED, None, None
                     Serving.stop_executor(mv)
                     mv.done.set()
         except Exception as exc:  # every failure becomes the version's visible reason
@@ -306,7 +309,7 @@ class ModelManager(Versions):
         assert mv.model is not None
         previous = self.current(mv.name) if current else None
         if previous is not None and previous is not mv and previous.generation > mv.generation:
-            mv.state, mv.model = State.RETIRED, None
+            mv.state, mv.model, mv.source = State.RETIRED, None, None
             log.info(
                 "model %s version %s loaded but version %s is newer in the store; not serving it",
                 mv.name,
@@ -755,6 +758,7 @@ class ModelManager(Versions):
                 Serving.stop_executor(mv)
         for task in list(self._tasks):
             task.cancel()
+        self.live_parity.close()
         self.loader.shutdown()
 
 

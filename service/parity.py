@@ -13,7 +13,7 @@ failing row: the sample or synthetic row, or the probe (column, step, value).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -280,14 +280,34 @@ def check_parity(
     def what(row: int) -> str:
         return labels[row] if labels is not None else f"row {row}"
 
-    results: list[MethodParity] = []
-    problems: list[str] = []
     compiled = {m: side_by_side(v) for m, v in model.outputs(rows).items()}
     expected = {m: side_by_side(source_method(estimator, m)(rows)) for m in model.methods}
+    results, problems = compare(
+        compiled, expected, n, labels=model.classes_ is not None, rtol=rtol, atol=atol, what=what
+    )
+    return ParityResult(not problems, n, source, results, "; ".join(problems) or None)
+
+
+def compare(
+    compiled: Mapping[str, np.ndarray],
+    expected: Mapping[str, np.ndarray],
+    n: int,
+    *,
+    labels: bool,
+    rtol: float,
+    atol: float,
+    what: Callable[[int], str] = lambda row: f"row {row}",
+) -> tuple[list[MethodParity], list[str]]:
+    """Each head of ``expected`` (the source's, :func:`side_by_side`) against ``compiled`` on
+    the same ``n`` rows: ``predict`` label by label where ``labels`` (a classifier; a label
+    differing where the source's top two scores tie within the tolerance is counted apart),
+    every other head within ``rtol`` / ``atol``. The per-head results and the problems found."""
+    results: list[MethodParity] = []
+    problems: list[str] = []
     scores = next(
         (expected[m] for m in ("predict_proba", "decision_function") if m in expected), None
     )
-    for method in model.methods:
+    for method in expected:
         want, got = expected[method], np.asarray(compiled[method])
         if want.shape != got.shape and want.size == got.size:
             got = got.reshape(want.shape)
@@ -295,7 +315,7 @@ def check_parity(
             problems.append(f"{method}: shape {got.shape}, source {want.shape}")
             results.append(MethodParity(method, mismatched_rows=n))
             continue
-        if method == "predict" and model.classes_ is not None:
+        if method == "predict" and labels:
             differ = _row_any(want != got)
             ties = differ & _ties(scores, atol, rtol) if scores is not None else differ & False
             bad = int((differ & ~ties).sum())
@@ -321,7 +341,7 @@ def check_parity(
                 f"{method}: {int(bad_rows.sum())} of {n} rows differ beyond rtol={rtol}, "
                 f"atol={atol} (max |Δ| {float(diff.max()):.3g}; first: {what(row)})"
             )
-    return ParityResult(not problems, n, source, results, "; ".join(problems) or None)
+    return results, problems
 
 
 def side_by_side(output: Any) -> np.ndarray:

@@ -76,6 +76,7 @@ class Serving:
         if mv.delay is not None:  # a no-op once a newer version of the model is tracked
             self.scoring_load.untrack(mv.name, mv.delay)
         mv.batcher, mv.model, mv.executor, mv.delay = None, None, None, None
+        mv.source = None
         if batcher is not None:
             await batcher.close(drain=True)
         if executor is not None:

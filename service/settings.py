@@ -107,6 +107,22 @@ class Settings(BaseSettings):
     )
     parity_rtol: float = Field(1e-4, gt=0, description="relative tolerance of the parity check")
     parity_atol: float = Field(1e-5, ge=0, description="absolute tolerance of the parity check")
+    live_parity_share: float = Field(
+        0.01,
+        ge=0,
+        le=1,
+        description="live parity: the share of scored requests whose rows are rescored by the "
+        "source estimator in the background and compared with the answer served (0: off)",
+    )
+    live_parity_rows: int = Field(
+        16, ge=1, le=4096, description="live parity: rows rescored per sampled request, at most"
+    )
+    live_parity_cpu: float = Field(
+        0.05,
+        gt=0,
+        le=1,
+        description="live parity: the share of one core its background worker may use",
+    )
     demo_model: bool = Field(False, description="register a demo model at start if absent")
     # KServe's storage initializer puts an InferenceService's model under /mnt/models.
     preload: Path | None = Field(

@@ -140,6 +140,7 @@ class ModelVersion:
     created: float = field(default_factory=time.time)
     error: str | None = None
     model: compiler.CompiledModel | None = None
+    source: Any = None  # the source estimator, while READY (service.live_parity)
     batcher: Batcher | None = None
     delay: QueueDelay | None = None  # its queue's standing delay, for load shedding
     framework: dict[str, str] = field(default_factory=dict)

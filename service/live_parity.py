@@ -1,0 +1,162 @@
+"""Live parity: the production half of the registration gate. A share of the scored requests
+(``KESTREL_LIVE_PARITY_SHARE``) hands its first rows and the answers served for them to one
+background worker, which rescores them with the source estimator and compares, as the gate
+does (:func:`service.parity.compare`): labels exactly, other outputs within the parity
+tolerance. The worker keeps to a CPU budget (``KESTREL_LIVE_PARITY_CPU``, a share of one core:
+after each check it sleeps long enough), and its queue is bounded: past it a sample is dropped
+and counted, never waited for. Nothing here touches the request path beyond a queue put.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import random
+import threading
+import time
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from service import parity
+from service.metrics import Metrics
+from service.settings import Settings
+from service.versions import ModelVersion
+
+log = logging.getLogger("kestrel.live_parity")
+
+#: Samples waiting for the worker, at most.
+QUEUE = 256
+
+
+@dataclass(frozen=True)
+class _Sample:
+    version: ModelVersion
+    rows: Any  # the request's first rows, as the client sent them
+    served: dict[str, Any]  # the answers served for those rows
+    n: int
+
+
+def head(data: Any, n: int) -> Any:
+    """The first ``n`` rows of a scoring request's data (rows, columns, an array, a frame or an
+    Arrow table, as a frame), or None for a form it cannot cut."""
+    if isinstance(data, list):
+        return data[:n]
+    if isinstance(data, dict):
+        return {k: v[:n] for k, v in data.items()}
+    if isinstance(data, np.ndarray):
+        return data[:n]
+    if hasattr(data, "iloc"):
+        return data.iloc[:n]
+    if hasattr(data, "slice") and hasattr(data, "to_pandas"):
+        return data.slice(0, n).to_pandas()
+    return None
+
+
+class LiveParity:
+    """The background worker and its bounded queue (started on the first sample)."""
+
+    def __init__(self, settings: Settings, metrics: Metrics) -> None:
+        self.share, self.rows = settings.live_parity_share, settings.live_parity_rows
+        self.cpu = settings.live_parity_cpu
+        self.rtol, self.atol = settings.parity_rtol, settings.parity_atol
+        self.metrics = metrics
+        self._queue: queue.Queue[_Sample | None] = queue.Queue(QUEUE)
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def offer(self, mv: ModelVersion, data: Any, answer: Mapping[str, Any], rows: int) -> None:
+        """Maybe sample one scored request (its share), for the worker to check."""
+        if self.share <= 0 or random.random() >= self.share or mv.source is None or not rows:
+            return
+        n = min(rows, self.rows)
+        cut = head(data, n)
+        if cut is None:
+            return
+        served = {
+            k: [a[:n] for a in v] if isinstance(v, list) else v[:n] for k, v in answer.items()
+        }
+        try:
+            self._queue.put_nowait(_Sample(mv, cut, served, n))
+        except queue.Full:
+            self._count(mv, "dropped")
+            return
+        self._start()
+
+    def _start(self) -> None:
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._work, name="kestrel-live-parity", daemon=True
+                    )
+                    self._thread.start()
+
+    def _work(self) -> None:
+        while (sample := self._queue.get()) is not None:
+            t0 = time.perf_counter()
+            try:
+                self.check(sample)
+            except Exception as exc:  # the source's trouble: counted, never raised
+                mv = sample.version
+                log.info(
+                    "live parity of model %s version %s: the source raised %s",
+                    mv.name,
+                    mv.version,
+                    exc,
+                    extra={"model": mv.name, "version": mv.version},
+                )
+                self._count(mv, "failed")
+            busy = time.perf_counter() - t0
+            time.sleep(busy * (1.0 / self.cpu - 1.0))  # the CPU budget
+
+    def check(self, sample: _Sample) -> None:
+        """Rescore one sample with the source estimator and record how the served answers
+        differ."""
+        mv = sample.version
+        estimator, model = mv.source, mv.model
+        if estimator is None or model is None:  # retired meanwhile
+            return
+        rows = parity.source_input(model.schema, sample.rows)
+        heads = [m for m in sample.served if m in model.methods]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            expected = {
+                m: parity.side_by_side(parity.source_method(estimator, m)(rows)) for m in heads
+            }
+        served = {m: parity.side_by_side(sample.served[m]) for m in heads}
+        results, _ = parity.compare(
+            served,
+            expected,
+            sample.n,
+            labels=model.classes_ is not None,
+            rtol=self.rtol,
+            atol=self.atol,
+        )
+        m, labels = self.metrics, (mv.name, mv.version)
+        self._count(mv, "checked")
+        m.child(m.live_parity_rows, *labels).inc(sample.n)
+        for result in results:
+            m.child(m.live_parity_mismatches, *labels, result.method).inc(result.mismatched_rows)
+            if result.max_abs_diff is not None:
+                m.child(m.live_parity_abs_diff, *labels, result.method).observe(result.max_abs_diff)
+
+    def _count(self, mv: ModelVersion, result: str) -> None:
+        m = self.metrics
+        m.child(m.live_parity_samples, mv.name, mv.version, result).inc()
+
+    def close(self) -> None:
+        """Stop the worker (samples still queued are left)."""
+        if self._thread is not None:
+            while True:
+                try:
+                    self._queue.put_nowait(None)
+                    break
+                except queue.Full:  # make room: the queued samples are left anyway
+                    with contextlib.suppress(queue.Empty):
+                        self._queue.get_nowait()
+            self._thread.join(5)
