@@ -62,6 +62,8 @@ SILENT_WHEN_HEALTHY = frozenset(
         "KestrelQueueSaturated",
         "KestrelCompiledAfterReady",
         "KestrelModelLoadFailed",
+        "KestrelLiveParityMismatch",
+        "KestrelShadowDisagrees",
     }
 )
 
@@ -108,7 +110,9 @@ def _latest_scrape(prometheus: PrometheusServer) -> float:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    kestrel = LiveServer(tmp_path_factory.mktemp("kestrel")).start()
+    # Live parity samples a fifth of the requests, so its series exist after a few seconds.
+    kestrel = LiveServer(tmp_path_factory.mktemp("kestrel"), KESTREL_LIVE_PARITY_SHARE="0.2")
+    kestrel.start()
     prometheus = PrometheusServer(
         tmp_path_factory.mktemp("prometheus"), _prometheus_config(f"127.0.0.1:{kestrel.port}")
     )
@@ -122,6 +126,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             *("--url", kestrel.url, "--ready-timeout", "60", "--max-batch", "8"),
             timeout=300,
         )
+        _stage_shadow(kestrel)
         traffic = _script(
             "loadgen.py",
             *("--url", kestrel.url, "--model", MODEL, "--seconds", "4"),
@@ -141,6 +146,28 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     finally:
         prometheus.stop()
         kestrel.stop()
+
+
+def _stage_shadow(kestrel: LiveServer) -> None:
+    """The demo model again as version 2, stored only, shadowing every request (so the shadow
+    series exist)."""
+    import io
+
+    from service.demo_model import demo_artifact
+
+    data, _ = demo_artifact()
+    r = kestrel.client.post(
+        "/models",
+        params={"wait": "true", "promote": "false"},
+        data={"name": MODEL, "options": '{"max_batch": 8}'},
+        files={"file": ("iris.skops", io.BytesIO(data))},
+        headers=kestrel.admin,
+    )
+    assert r.status_code == 201, r.text
+    r = kestrel.client.put(
+        f"/models/{MODEL}/shadow", json={"version": "2", "share": 1.0}, headers=kestrel.admin
+    )
+    assert r.status_code == 200, r.text
 
 
 def _epoch(rfc3339: str) -> float:
