@@ -44,7 +44,25 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 ADMIN_TOKEN = "bench-admin-token"
 N_FEATURES = 50
-SERVERS = ("hello", "plain", "kestrel-before", "kestrel", "kestrel-v2")
+SERVERS = (
+    "hello",
+    "plain",
+    "kestrel-before",
+    "kestrel-quiet",
+    "kestrel",
+    "kestrel-shadow",
+    "kestrel-v2",
+)
+#: Kestrel with live parity off, and Kestrel mirroring every request to a shadow version (a
+#: second copy of each model, stored only): what those cost against "kestrel" (the defaults,
+#: live parity sampling 1 %), each in a server of its own, in the same run.
+KESTREL_ENV = {"kestrel-quiet": {"KESTREL_LIVE_PARITY_SHARE": "0"}}
+#: Pairs of servers compared in the table: requests/s and p99, the first over the second.
+COMPARED = (
+    ("kestrel", "kestrel-before"),
+    ("kestrel", "kestrel-quiet"),
+    ("kestrel-shadow", "kestrel-quiet"),
+)
 MODELS = ("lr", "rf", "hgb", "mlp")
 
 # The issue-6 target, checked on single-row requests at TARGET_CONCURRENCY.
@@ -173,7 +191,7 @@ def make_target(server: str, base_url: str, model: str, x: np.ndarray) -> Target
             native_body(x),
             lambda d: np.asarray(d["predict_proba"]),
         )
-    if server in ("kestrel", "kestrel-before"):
+    if server in ("kestrel", "kestrel-before", "kestrel-quiet", "kestrel-shadow"):
         return Target(
             server,
             model,
@@ -267,9 +285,16 @@ def _tail(path: Path, chars: int = 4000) -> str:
 
 
 def register_kestrel(
-    url: str, artifacts: Path, models: dict[str, Any], x: np.ndarray, max_batch: int
+    url: str,
+    artifacts: Path,
+    models: dict[str, Any],
+    x: np.ndarray,
+    max_batch: int,
+    *,
+    promote: bool = True,
 ) -> None:
-    """Upload each model as .skops and wait until it is READY (compiled, warmed, parity-checked)."""
+    """Upload each model as .skops and wait until it is READY (compiled, warmed, parity-checked);
+    ``promote`` False: stored only, the version serving stays."""
     import httpx
 
     sample = json.dumps(x[:64].tolist())
@@ -277,7 +302,7 @@ def register_kestrel(
         with (artifacts / f"{name}.skops").open("rb") as fh:
             response = httpx.post(
                 f"{url}/models",
-                params={"wait": "true"},
+                params={"wait": "true", "promote": str(promote).lower()},
                 data={
                     "name": name,
                     "sample": sample,
@@ -289,6 +314,21 @@ def register_kestrel(
             )
         if response.status_code != 201:
             raise BenchError(f"registering {name} answered {response.status_code}: {response.text}")
+
+
+def shadow_everything(url: str, models: dict[str, Any]) -> None:
+    """Mirror every request of each model to its version 2 (see :func:`register_kestrel`)."""
+    import httpx
+
+    for name in models:
+        response = httpx.put(
+            f"{url}/models/{name}/shadow",
+            json={"version": "2", "share": 1.0},
+            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+            timeout=300,
+        )
+        if response.status_code != 200:
+            raise BenchError(f"shadowing {name} answered {response.status_code}: {response.text}")
 
 
 # -- wrk -----------------------------------------------------------------------------------------
@@ -459,6 +499,10 @@ def run(config: Config) -> list[Measurement]:
                 if kind.startswith("kestrel"):
                     config.log("registering models with Kestrel (compile, warm-up, parity) ...")
                     register_kestrel(url, artifacts, models, x, config.max_batch)
+                if kind == "kestrel-shadow":
+                    config.log("staging a shadow copy of each model (every request mirrored) ...")
+                    register_kestrel(url, artifacts, models, x, config.max_batch, promote=False)
+                    shadow_everything(url, models)
                 model_names = ("-",) if kind == "hello" else config.models
                 for server in servers:
                     for model in model_names:
@@ -490,6 +534,7 @@ def server_command(
         "KESTREL_POLL_INTERVAL_S": "0",
         # One core for the whole server: XLA must not spread a batch over threads.
         "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false",
+        **KESTREL_ENV.get(kind, {}),
     }
     return [python, "-m", "service.cli", "serve", "--port", str(port)], kestrel_env
 
@@ -605,9 +650,8 @@ def table_rows(results: Sequence[Measurement]) -> tuple[list[str], list[list[str
     header += [f"{_LABELS[s]} req/s / p50 / p99 ms" for s in servers]
     for s in kestrels:
         header += [f"{_LABELS[s]} / hello", f"{_LABELS[s]} / plain"]
-    compare = "kestrel" in servers and "kestrel-before" in servers
-    if compare:
-        header.append("Kestrel / before: req/s, p99")
+    compared = [(a, b) for a, b in COMPARED if a in servers and b in servers]
+    header += [f"{_LABELS[a]} / {_LABELS[b]}: req/s, p99" for a, b in compared]
     header.append("target")
     keys = sorted(
         {(m.model, m.rows, m.concurrency) for m in results if m.server != "hello"},
@@ -630,14 +674,11 @@ def table_rows(results: Sequence[Measurement]) -> tuple[list[str], list[list[str
             v = verdict.get((s, model)) if n == 1 and c == TARGET_CONCURRENCY else None
             if v is not None:
                 marks.append("PASS" if v.passed else "FAIL: " + "; ".join(v.reasons))
-        if compare:
-            now, before = (
-                cell.get(("kestrel", model, n, c)),
-                cell.get(("kestrel-before", model, n, c)),
-            )
-            ok = now and before and before.rps and before.p99_ms
+        for a, b in compared:
+            now, base = cell.get((a, model, n, c)), cell.get((b, model, n, c))
+            ok = now and base and base.rps and base.p99_ms
             line.append(
-                f"{now.rps / before.rps:.2f}x, {now.p99_ms / before.p99_ms:.2f}x" if ok else "–"
+                f"{now.rps / base.rps:.2f}x, {now.p99_ms / base.p99_ms:.2f}x" if ok else "–"
             )
         line.append(" | ".join(marks) if marks else "")
         rows.append(line)
@@ -667,7 +708,9 @@ _LABELS = {
     "hello": "hello world",
     "plain": "plain",
     "kestrel-before": "Kestrel before",
+    "kestrel-quiet": "Kestrel, live parity off",
     "kestrel": "Kestrel",
+    "kestrel-shadow": "Kestrel + shadow",
     "kestrel-v2": "Kestrel v2",
 }
 

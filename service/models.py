@@ -214,6 +214,8 @@ class ModelManager(Versions):
                     )
                 if commit:
                     loop = asyncio.get_running_loop()
+                    # A model's first version serves, whatever it was registered as.
+                    current = current or self.current(mv.name) is None
                     manifest = await loop.run_in_executor(
                         None, lambda: self.store.commit(record, current, by=actor)
                     )

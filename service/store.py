@@ -878,7 +878,7 @@ class ModelStore:
             number = _version_number(record.version)
             if number is not None:
                 entry.next_version = max(entry.next_version, number + 1)
-            if make_current or entry.current is None:  # a model's first version serves
+            if make_current:
                 entry.make_current(record.version, "register", by)
 
         return self._mutate(change)

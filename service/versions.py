@@ -228,10 +228,23 @@ class Versions:
     def route(self, name: str, version: str | None, key: str | None = None) -> str | None:
         """The version an unversioned request for ``name`` goes to where its traffic is split
         (by weight: the same ``key`` always to the same version, on every replica; no key, at
-        random); else ``version`` as given (None: the current one)."""
+        random) between the versions READY here; else ``version`` as given (None: the current
+        one)."""
         weights = self.traffic.get(name) if version is None else None
         if not weights:
             return version
+        # A version of the split this replica has not loaded yet (it follows the store's split
+        # as it loads) takes none of its traffic meanwhile: the rest go on as weighted.
+        known = self.by_name.get(name, {})
+        ready = {
+            v: w
+            for v, w in weights.items()
+            if (mv := known.get(v)) is not None and mv.state is State.READY
+        }
+        if ready != weights:
+            if not ready:
+                return version
+            weights = ready
         total = sum(weights.values())
         if key is None:
             point = random.random() * total

@@ -251,8 +251,11 @@ def test_promote_and_rollback_under_load_lose_no_request(tmp_path: Path) -> None
         keys = [f"user-{i}" for i in range(2000)]
         on_a = versions_for(a, keys)
         assert 0.04 <= on_a.count("1") / len(keys) <= 0.06, on_a.count("1")
+        # Replica b follows within its poll interval, once it has loaded version 1 too (until
+        # then its share goes to the rest of the split).
+        canary_key = keys[on_a.index("1")]
         deadline = time.monotonic() + 30
-        while b.client.get("/models/m", headers=b.admin).json()["traffic"] != {"1": 5.0, "2": 95.0}:
+        while versions_for(b, [canary_key]) != ["1"]:
             assert time.monotonic() < deadline, "replica b did not follow the split"
             time.sleep(0.05)
         assert versions_for(b, keys[:200]) == on_a[:200]
@@ -465,3 +468,19 @@ def test_a_shadow_version_scores_mirrored_requests_off_the_request_path(tmp_path
         )
         is None
     )
+
+
+def test_a_split_skips_versions_not_loaded_here_yet() -> None:
+    from service.versions import ModelOptions, ModelVersion, Versions
+
+    table = Versions(poll_interval_s=0)
+    for version, state in (("1", State.READY), ("2", State.LOADING)):
+        table.add(ModelVersion("m", version, "skops", "m.skops", ModelOptions(), state=state))
+    table.traffic["m"] = {"1": 50.0, "2": 50.0}
+    assert {table.route("m", None, f"user-{i}") for i in range(200)} == {"1"}
+    table.by_name["m"]["2"].state = State.READY
+    assert {table.route("m", None, f"user-{i}") for i in range(200)} == {"1", "2"}
+    table.by_name["m"]["1"].state = State.RETIRED
+    assert table.route("m", "1", "user-1") == "1"  # a version named: no split
+    table.by_name["m"]["2"].state = State.LOADING
+    assert table.route("m", None, "user-1") is None  # none of the split here: the current one
