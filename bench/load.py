@@ -16,6 +16,8 @@ it) and ``taskset``. Usage::
     python bench/load.py [--models lr,rf,hgb,mlp] [--rows 1,100] [--concurrency 1,16,64]
                          [--duration 10] [--out results.json] [--doc docs/performance-http.md]
     python bench/load.py --tiny          # seconds: one model, two small concurrencies
+    python bench/load.py --servers kestrel-quiet,kestrel,kestrel-shadow [--shadow-share 0.1]
+                                         # what live parity and a shadow cost (docs/rollouts.md)
 """
 
 from __future__ import annotations
@@ -53,9 +55,9 @@ SERVERS = (
     "kestrel-shadow",
     "kestrel-v2",
 )
-#: Kestrel with live parity off, and Kestrel mirroring every request to a shadow version (a
-#: second copy of each model, stored only): what those cost against "kestrel" (the defaults,
-#: live parity sampling 1 %), each in a server of its own, in the same run.
+#: Kestrel with live parity off, and Kestrel mirroring a share of requests (``--shadow-share``)
+#: to a shadow version (a second copy of each model, stored only): what those cost against
+#: "kestrel" (the defaults, live parity sampling 1 %), each in a server of its own, same run.
 KESTREL_ENV = {"kestrel-quiet": {"KESTREL_LIVE_PARITY_SHARE": "0"}}
 #: Pairs of servers compared in the table: requests/s and p99, the first over the second.
 COMPARED = (
@@ -316,14 +318,14 @@ def register_kestrel(
             raise BenchError(f"registering {name} answered {response.status_code}: {response.text}")
 
 
-def shadow_everything(url: str, models: dict[str, Any]) -> None:
-    """Mirror every request of each model to its version 2 (see :func:`register_kestrel`)."""
+def shadow_everything(url: str, models: dict[str, Any], share: float) -> None:
+    """Mirror ``share`` of each model's requests to its version 2 (see :func:`register_kestrel`)."""
     import httpx
 
     for name in models:
         response = httpx.put(
             f"{url}/models/{name}/shadow",
-            json={"version": "2", "share": 1.0},
+            json={"version": "2", "share": share},
             headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
             timeout=300,
         )
@@ -451,6 +453,7 @@ class Config:
     server_cpu: int | None = None
     client_cpu: int | None = None
     tiny: bool = False
+    shadow_share: float = 0.1
     workdir: Path | None = None
     # Where `python -m service.cli serve` runs from: another checkout compares two versions.
     kestrel_src: Path = ROOT
@@ -500,9 +503,11 @@ def run(config: Config) -> list[Measurement]:
                     config.log("registering models with Kestrel (compile, warm-up, parity) ...")
                     register_kestrel(url, artifacts, models, x, config.max_batch)
                 if kind == "kestrel-shadow":
-                    config.log("staging a shadow copy of each model (every request mirrored) ...")
+                    config.log(
+                        f"staging a shadow copy of each model ({config.shadow_share:.0%}) ..."
+                    )
                     register_kestrel(url, artifacts, models, x, config.max_batch, promote=False)
-                    shadow_everything(url, models)
+                    shadow_everything(url, models, config.shadow_share)
                 model_names = ("-",) if kind == "hello" else config.models
                 for server in servers:
                     for model in model_names:
@@ -888,6 +893,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Config, argparse.Namespace]:
     )
     parser.add_argument("--workdir", type=Path, default=None, help="keep models, logs here")
     parser.add_argument(
+        "--shadow-share", type=float, default=0.1, help="share kestrel-shadow mirrors (0, 1]"
+    )
+    parser.add_argument(
         "--kestrel-src",
         type=Path,
         default=ROOT,
@@ -914,6 +922,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Config, argparse.Namespace]:
         server_cpu=args.server_cpu if args.server_cpu is not None else server_cpu,
         client_cpu=args.client_cpu if args.client_cpu is not None else client_cpu,
         tiny=args.tiny,
+        shadow_share=args.shadow_share,
         workdir=args.workdir,
         kestrel_src=args.kestrel_src.resolve(),
         before_src=args.before.resolve() if args.before is not None else None,

@@ -149,7 +149,7 @@ def test_a_checkout_before_is_measured_beside_this_one(tmp_path: Path) -> None:
     assert config.servers == ("kestrel-before", "kestrel") and config.before_src == tmp_path
     results = [_m("kestrel-before", "lr", 4000.0, p99=8.0), _m("kestrel", "lr", 5000.0, p99=6.0)]
     header, rows = bench.table_rows(results)
-    assert rows[0][header.index("Kestrel / before: req/s, p99")] == "1.25x, 0.75x"
+    assert rows[0][header.index("Kestrel / Kestrel before: req/s, p99")] == "1.25x, 0.75x"
     # Only this checkout's endpoints are held to the targets.
     assert {v.server for v in bench.verdicts(results)} == {"kestrel"}
     with pytest.raises(SystemExit):  # the server without a checkout to run
