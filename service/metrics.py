@@ -224,6 +224,14 @@ class Metrics:
             buckets=DIFF_BUCKETS,
             registry=r,
         )
+        # Payload capture (service/capture.py).
+        self.capture_rows = Counter(
+            "kestrel_capture_rows",
+            "Scored rows captured, by result (written to the store, dropped: over "
+            "KESTREL_CAPTURE_MAX_ROWS or a failed write).",
+            ("model", "version", "result"),
+            registry=r,
+        )
         # A caller passing prometheus_client's default registry already has this collector.
         with contextlib.suppress(ValueError):
             ProcessCollector(registry=r)

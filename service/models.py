@@ -21,6 +21,7 @@ import lazy as lz
 from service import gcpolicy, scoring
 from service.admission import ScoringLoad
 from service.batcher import BatcherClosedError
+from service.capture import Capture
 from service.errors import Conflict, NotFound, NotReady, http_error_for
 from service.live_parity import LiveParity
 from service.loading import Loader
@@ -65,6 +66,7 @@ class ModelManager(Versions):
         self._serving = Serving(settings, metrics, self.scoring_load)
         self.mirror = Mirror(metrics)
         self.live_parity = LiveParity(settings, metrics)
+        self.capture = Capture(settings, store, metrics)
         self._generation = -1  # the manifest generation sync() last applied
         # The newest generation this process wrote (commit, delete): a manifest read older than
         # that predates our own write, and applying it would undo it (e.g. bring back the version
@@ -127,6 +129,7 @@ class ModelManager(Versions):
                 raise
             self._mirror(mv, data, outputs, scored.outputs, scored.rows)
             self.live_parity.offer(mv, data, scored.outputs, scored.rows)
+            self.capture.offer(mv, data, scored.outputs, scored.rows)
             return Prediction(mv, scored.outputs, scored.rows, scored.decode_s, scored.ignored)
         raise NotReady(f"model {name!r} is being replaced; retry")
 
@@ -761,6 +764,7 @@ class ModelManager(Versions):
         for task in list(self._tasks):
             task.cancel()
         self.live_parity.close()
+        await asyncio.get_running_loop().run_in_executor(None, self.capture.close)
         self.loader.shutdown()
 
 

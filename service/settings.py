@@ -117,6 +117,25 @@ class Settings(BaseSettings):
     live_parity_rows: int = Field(
         16, ge=1, le=4096, description="live parity: rows rescored per sampled request, at most"
     )
+    capture_share: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="payload capture: the share of scored requests whose rows and answers are "
+        "written to the store as Parquet, by model, version and hour (0: off)",
+    )
+    capture_flush_s: float = Field(
+        30.0, gt=0, description="payload capture: seconds between two writes of what was captured"
+    )
+    capture_retention_hours: float = Field(
+        168.0, gt=0, description="payload capture: hours a captured partition is kept"
+    )
+    capture_max_rows: int = Field(
+        100_000,
+        ge=1,
+        description="payload capture: rows held in memory between two writes, at most (more are "
+        "dropped and counted)",
+    )
     live_parity_cpu: float = Field(
         0.05,
         gt=0,

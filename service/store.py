@@ -68,6 +68,7 @@ PREV_MANIFEST_FILE = "manifest.prev.json"
 MANIFEST_KIND = "kestrel-manifest"
 MANIFEST_SCHEMA = 1
 _BLOB_DIR = "blobs/sha256"
+_CAPTURE_DIR = "capture"  # captured requests and answers (service.capture), apart from blobs
 # Temp files live beside their target (same filesystem, so os.replace is atomic); the prefix lets
 # loaders ignore them and gc remove the ones a crash left behind.
 _TMP_PREFIX = ".tmp-"
@@ -665,6 +666,36 @@ class ModelStore:
             return bytes(self._fs.cat_file(path))
         except FileNotFoundError:
             return None
+
+    # ---------------------------------------------------------------- captured payloads
+
+    def put_capture(self, model: str, version: str, hour: str, name: str, data: bytes) -> None:
+        """Write one file of captured requests (service.capture) under
+        ``capture/model=M/version=V/hour=H/`` (the Hive layout pyarrow and Spark read)."""
+        for value, what in ((model, "model name"), (version, "version"), (name, "file name")):
+            validate_name(value, what)
+        if not re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d", hour):
+            raise InvalidName(f"invalid capture hour {hour!r}: expected YYYY-MM-DDTHH")
+        path = self._path(f"{_CAPTURE_DIR}/model={model}/version={version}/hour={hour}/{name}")
+        if self._local:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        self._write(path, data)
+
+    def capture_hours(self) -> list[tuple[str, str, str]]:
+        """Every (model, version, hour) partition of captured requests."""
+        pattern = self._path(f"{_CAPTURE_DIR}/model=*/version=*/hour=*")
+        self._fs.invalidate_cache(self._path(_CAPTURE_DIR))
+        out = []
+        for path in self._fs.glob(pattern):
+            model, version, hour = (part.split("=", 1)[1] for part in path.split("/")[-3:])
+            out.append((model, version, hour))
+        return sorted(out)
+
+    def drop_capture(self, model: str, version: str, hour: str) -> None:
+        """Remove one partition of captured requests (retention)."""
+        path = self._path(f"{_CAPTURE_DIR}/model={model}/version={version}/hour={hour}")
+        with contextlib.suppress(FileNotFoundError):
+            self._fs.rm(path, recursive=True)
 
     # ---------------------------------------------------------------- blobs
 

@@ -1,0 +1,95 @@
+"""Payload capture: sampled requests and answers written to the store as Parquet, read back with
+pyarrow, and old partitions removed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.dataset as ds
+import skops.io as sio
+from prometheus_client import CollectorRegistry
+from sklearn.compose import ColumnTransformer
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+import lazy as lz
+from service.capture import hour_of
+from service.metrics import Metrics
+from service.models import ModelManager
+from service.settings import Settings
+from service.store import ModelStore
+from service.versions import ModelOptions, State, Upload
+
+
+def _frame(n: int) -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    return pd.DataFrame(
+        {
+            "a": rng.normal(size=n),
+            "b": rng.integers(0, 5, n).astype(float),
+            "plan": rng.choice(["x", "y"], n),
+        }
+    )
+
+
+def test_captured_requests_read_back_with_pyarrow(tmp_path: Path) -> None:
+    df = _frame(200)
+    y = (df["a"] > 0).astype(int)
+    ct = ColumnTransformer(
+        [("num", StandardScaler(), ["a", "b"]), ("cat", OneHotEncoder(), ["plan"])]
+    )
+    model = make_pipeline(ct, LogisticRegression()).fit(df, y)
+    settings = Settings(
+        store_url=str(tmp_path / "store"),
+        cache_dir=tmp_path / "cache",
+        poll_interval_s=0,
+        capture_share=1.0,
+        capture_flush_s=3600,  # flushed by hand below
+        capture_retention_hours=2,
+        live_parity_share=0,
+    )
+    store = ModelStore(settings.store_url)
+    manager = ModelManager(settings, store, Metrics(CollectorRegistry()), lz.ExecutableCache())
+    old = hour_of(time.time() - 5 * 3600)
+    store.put_capture("m", "1", old, "old.parquet", b"expired")
+
+    async def scenario() -> list[dict[str, object]]:
+        try:
+            mv = await manager.register(
+                Upload("m", sio.dumps(model), filename="m.skops", options=ModelOptions(max_batch=8))
+            )
+            assert await manager.wait(mv, 120) and mv.state is State.READY, mv.error
+            sent = []
+            for i in range(5):
+                rows = df.iloc[4 * i : 4 * i + 4].to_dict("records")
+                await manager.predict("m", None, rows, outputs=None, deadline=None)
+                sent.extend(rows)
+            manager.capture.flush()
+            return sent
+        finally:
+            await manager.close()
+
+    sent = asyncio.run(scenario())
+    root = tmp_path / "store" / "capture"
+    assert [p.name for p in root.glob("model=m/version=1/hour=*")] == [
+        f"hour={hour_of(time.time())}"
+    ]
+    captured = ds.dataset(root, format="parquet", partitioning="hive").to_table().to_pandas()
+    assert len(captured) == len(sent) == 20
+    assert set(captured["model"]) == {"m"} and set(captured["version"].astype(str)) == {"1"}
+    captured = captured.sort_values("kestrel_time", kind="stable").reset_index(drop=True)
+    expected = pd.DataFrame(sent)
+    np.testing.assert_allclose(captured["a"], expected["a"])
+    assert captured["plan"].tolist() == expected["plan"].tolist()
+    assert captured["output_predict"].tolist() == model.predict(expected).tolist()
+    proba = np.stack(captured["output_predict_proba"].to_numpy())
+    np.testing.assert_allclose(proba, model.predict_proba(expected), atol=1e-6)
+    written = manager.metrics.registry.get_sample_value(
+        "kestrel_capture_rows_total", {"model": "m", "version": "1", "result": "written"}
+    )
+    assert written == 20
