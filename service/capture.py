@@ -30,6 +30,7 @@ from service.metrics import Metrics
 from service.settings import Settings
 from service.store import ModelStore
 from service.versions import ModelVersion
+from service.workers import LazyThread
 
 log = logging.getLogger("kestrel.capture")
 
@@ -78,7 +79,7 @@ class Capture:
         self._rows = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._writer = LazyThread(self._run, "kestrel-capture")
 
     def offer(self, mv: ModelVersion, data: Any, answer: Mapping[str, Any], rows: int) -> None:
         """Maybe capture one scored request (its share); the request path's only cost."""
@@ -92,13 +93,7 @@ class Capture:
             self._rows += rows
             key = (mv.name, mv.version, hour_of(now))
             self._buffer[key].append(_Request(mv.model.schema, data, dict(answer), rows, now))
-        if self._thread is None:
-            with self._lock:
-                if self._thread is None:
-                    self._thread = threading.Thread(
-                        target=self._run, name="kestrel-capture", daemon=True
-                    )
-                    self._thread.start()
+        self._writer.ensure()
 
     def _run(self) -> None:
         while not self._stop.wait(self.flush_s):
@@ -144,8 +139,8 @@ class Capture:
     def close(self) -> None:
         """Stop the writer after a last flush."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(30)
+        if self._writer.started:
+            self._writer.join(30)
             self.flush()
 
 

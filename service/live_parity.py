@@ -13,7 +13,6 @@ import contextlib
 import logging
 import queue
 import random
-import threading
 import time
 import warnings
 from collections.abc import Mapping
@@ -26,6 +25,7 @@ from service import parity
 from service.metrics import Metrics
 from service.settings import Settings
 from service.versions import ModelVersion
+from service.workers import LazyThread
 
 log = logging.getLogger("kestrel.live_parity")
 
@@ -66,8 +66,7 @@ class LiveParity:
         self.rtol, self.atol = settings.parity_rtol, settings.parity_atol
         self.metrics = metrics
         self._queue: queue.Queue[_Sample | None] = queue.Queue(QUEUE)
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
+        self._worker = LazyThread(self._work, "kestrel-live-parity")
 
     def offer(self, mv: ModelVersion, data: Any, answer: Mapping[str, Any], rows: int) -> None:
         """Maybe sample one scored request (its share), for the worker to check."""
@@ -85,16 +84,7 @@ class LiveParity:
         except queue.Full:
             self._count(mv, "dropped")
             return
-        self._start()
-
-    def _start(self) -> None:
-        if self._thread is None:
-            with self._lock:
-                if self._thread is None:
-                    self._thread = threading.Thread(
-                        target=self._work, name="kestrel-live-parity", daemon=True
-                    )
-                    self._thread.start()
+        self._worker.ensure()
 
     def _work(self) -> None:
         while (sample := self._queue.get()) is not None:
@@ -151,7 +141,7 @@ class LiveParity:
 
     def close(self) -> None:
         """Stop the worker (samples still queued are left)."""
-        if self._thread is not None:
+        if self._worker.started:
             while True:
                 try:
                     self._queue.put_nowait(None)
@@ -159,4 +149,4 @@ class LiveParity:
                 except queue.Full:  # make room: the queued samples are left anyway
                     with contextlib.suppress(queue.Empty):
                         self._queue.get_nowait()
-            self._thread.join(5)
+            self._worker.join(5)

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 import lazy as lz
@@ -358,159 +359,119 @@ class ModelManager(Versions):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    # -- promotion and rollback ------------------------------------------------------------------
+    # -- promotion, rollback, aliases, traffic splits and shadows --------------------------------
     async def promote(self, name: str, version: str, actor: str = "") -> ModelVersion:
         """Make stored ``version`` of ``name`` current: in the store at once (every replica's
         sync follows within its poll interval), here once it is loaded (from the executable
         cache when warm); the version serving now keeps serving until then. A version this
         replica cannot load is not left current: the store goes back and the error is raised."""
         async with self._sync_lock:
-            mv = self.lookup(name, version)
-            if mv.record is None:
-                raise Conflict(
-                    f"model {name!r} version {version} is {mv.state.value} and not stored: only "
-                    "a registered version can be promoted"
-                )
-            name = mv.name  # name@alias, or an alias as the version: resolved
-            if self.current_version.get(name) == mv.version:
+            mv = self._stored(name, version, "promoted")
+            if self.current_version.get(mv.name) == mv.version:
                 return mv
-            async with self._lock:
-                loop = asyncio.get_running_loop()
-                manifest = await loop.run_in_executor(
-                    None, self.store.set_current, name, mv.version, actor
-                )
-                self._wrote(manifest)
-            return await self._serve_current(name, manifest, actor)
+            manifest = await self._write(self.store.set_current, mv.name, mv.version, actor)
+            return await self._serve_current(mv.name, manifest, actor)
 
     async def rollback(self, name: str, actor: str = "") -> ModelVersion:
         """Make the version that was current before the current one current again (undoing the
         last change not yet undone), as :meth:`promote` does."""
         async with self._sync_lock:
-            self.lookup(name)  # NotFound naming the models there are
-            async with self._lock:
-                loop = asyncio.get_running_loop()
-                manifest = await loop.run_in_executor(None, self.store.rollback, name, actor)
-                self._wrote(manifest)
+            name = self.lookup(name).name  # NotFound naming the models there are
+            manifest = await self._write(self.store.rollback, name, actor)
             return await self._serve_current(name, manifest, actor)
 
     async def set_alias(self, name: str, alias: str, version: str) -> ModelVersion:
-        """Make ``alias`` name stored ``version`` of ``name`` in the store (replicas follow on
-        their next sync) and serve that version here beside the current one; where it cannot
-        load here, the alias goes back to what it named and the error is raised."""
+        """Make ``alias`` name stored ``version`` of ``name`` and serve that version beside the
+        current one (:meth:`_name_versions`)."""
         async with self._sync_lock:
-            mv = self.lookup(name, version)
-            if mv.record is None:
-                raise Conflict(
-                    f"model {name!r} version {mv.version} is {mv.state.value} and not stored: "
-                    "an alias names registered versions only"
-                )
-            name = mv.name
-            before = self.aliases.get(name, {}).get(alias)
-            loop = asyncio.get_running_loop()
-            async with self._lock:
-                manifest = await loop.run_in_executor(
-                    None, self.store.set_alias, name, alias, mv.version
-                )
-                self._wrote(manifest)
-            if self._needs_load(mv, force=True):
-                await self._load_stored(mv, manifest.generation, current=False)
-            if mv.state is not State.READY:
-                async with self._lock:
-                    if before is None:
-                        restored = await loop.run_in_executor(
-                            None, self.store.delete_alias, name, alias
-                        )
-                    else:
-                        restored = await loop.run_in_executor(
-                            None, self.store.set_alias, name, alias, before
-                        )
-                    self._wrote(restored)
-                raise NotReady(
-                    f"model {name!r} version {mv.version} could not be loaded: {mv.error}"
-                )
-            await self._retire_unnamed()  # what the alias named before, if nothing else does
+            mv = self._stored(name, version, "named by an alias")
+            before = self.aliases.get(mv.name, {}).get(alias)
+            back = (
+                partial(self.store.delete_alias, mv.name, alias)
+                if before is None
+                else partial(self.store.set_alias, mv.name, alias, before)
+            )
+            await self._name_versions(
+                mv.name, partial(self.store.set_alias, mv.name, alias, mv.version), back
+            )
             return mv
 
     async def set_traffic(self, name: str, weights: dict[str, Any]) -> dict[str, float]:
-        """Split ``name``'s unversioned requests by ``weights`` (version or alias → weight; empty:
-        all to the current version) in the store, replicas following on their next sync; the
-        versions it names are loaded here first (beside the current one). Where one cannot
-        load, the split goes back to what it was and the error is raised."""
+        """Split ``name``'s unversioned requests by ``weights`` (version or alias → weight;
+        empty: all to the current version), serving the versions it names beside the current
+        one (:meth:`_name_versions`); the split now."""
         async with self._sync_lock:
-            self.lookup(name)
+            name = self.lookup(name).name
             before = dict(self.traffic.get(name, {}))
-            loop = asyncio.get_running_loop()
-            async with self._lock:
-                manifest = await loop.run_in_executor(None, self.store.set_traffic, name, weights)
-                self._wrote(manifest)
-            entry = manifest.models[name]
-            known = self.by_name.get(name, {})
-            pinned = [known[v] for v in sorted(entry.named() - {entry.current}) if v in known]
-            await asyncio.gather(
-                *(
-                    self._load_stored(mv, manifest.generation, current=False)
-                    for mv in pinned
-                    if self._needs_load(mv, force=True)
-                )
+            manifest = await self._name_versions(
+                name,
+                partial(self.store.set_traffic, name, weights),
+                partial(self.store.set_traffic, name, before),
             )
-            failed = [mv for mv in pinned if mv.state is not State.READY]
-            if failed:
-                async with self._lock:
-                    restored = await loop.run_in_executor(
-                        None, self.store.set_traffic, name, before
-                    )
-                    self._wrote(restored)
-                await self._retire_unnamed()
-                raise NotReady(
-                    f"model {name!r} version {failed[0].version} could not be loaded: "
-                    f"{failed[0].error}"
-                )
-            await self._retire_unnamed()
-            return dict(entry.traffic)
+            return dict(manifest.models[name].traffic)
 
     async def set_shadow(self, name: str, version: str | None, share: float = 0.0) -> None:
-        """Mirror ``share`` of ``name``'s live requests to stored ``version`` (None: none), in the
-        store (replicas follow on their next sync); the version is loaded here first, beside
-        the current one. Where it cannot load, the shadow goes back and the error is raised."""
+        """Mirror ``share`` of ``name``'s live requests to stored ``version`` (None: none),
+        serving it beside the current one (:meth:`_name_versions`)."""
         async with self._sync_lock:
-            target = self.lookup(name, version) if version is not None else None
-            if target is not None and target.record is None:
-                raise Conflict(
-                    f"model {name!r} version {target.version} is {target.state.value} and not "
-                    "stored: only a registered version can shadow"
-                )
+            chosen = None if version is None else self._stored(name, version, "a shadow").version
             name = self.lookup(name).name
-            before = self.shadows.get(name)
-            loop = asyncio.get_running_loop()
-            chosen = None if target is None else target.version
-            async with self._lock:
-                manifest = await loop.run_in_executor(
-                    None, self.store.set_shadow, name, chosen, share
-                )
-                self._wrote(manifest)
-            if target is not None and self._needs_load(target, force=True):
-                await self._load_stored(target, manifest.generation, current=False)
-            if target is not None and target.state is not State.READY:
-                async with self._lock:
-                    back = (None, 0.0) if before is None else before
-                    restored = await loop.run_in_executor(None, self.store.set_shadow, name, *back)
-                    self._wrote(restored)
-                await self._retire_unnamed()
-                raise NotReady(
-                    f"model {name!r} version {target.version} could not be loaded: {target.error}"
-                )
-            await self._retire_unnamed()
+            before = self.shadows.get(name) or (None, 0.0)
+            await self._name_versions(
+                name,
+                partial(self.store.set_shadow, name, chosen, share),
+                partial(self.store.set_shadow, name, *before),
+            )
 
     async def delete_alias(self, name: str, alias: str) -> None:
         """Remove ``alias`` of ``name``; the version it named stops serving here unless it is
-        current or another alias names it (replicas follow on their next sync)."""
+        current or something else names it (replicas follow on their next sync)."""
         async with self._sync_lock:
-            self.lookup(name)
-            async with self._lock:
-                loop = asyncio.get_running_loop()
-                manifest = await loop.run_in_executor(None, self.store.delete_alias, name, alias)
-                self._wrote(manifest)
+            name = self.lookup(name).name
+            await self._write(self.store.delete_alias, name, alias)
             await self._retire_unnamed()
+
+    def _stored(self, name: str, version: str, purpose: str) -> ModelVersion:
+        """Version ``version`` of ``name`` (or an alias's), which must be registered (stored)."""
+        mv = self.lookup(name, version)
+        if mv.record is None:
+            raise Conflict(
+                f"model {mv.name!r} version {mv.version} is {mv.state.value} and not stored: "
+                f"only a registered version can be {purpose}"
+            )
+        return mv
+
+    async def _write(self, change: Callable[..., Manifest], *args: Any) -> Manifest:
+        """One change of the store's manifest (on an executor thread, under the lock)."""
+        async with self._lock:
+            loop = asyncio.get_running_loop()
+            manifest = await loop.run_in_executor(None, partial(change, *args))
+            self._wrote(manifest)
+            return manifest
+
+    async def _name_versions(
+        self, name: str, change: Callable[[], Manifest], back: Callable[[], Manifest]
+    ) -> Manifest:
+        """Apply ``change`` to the store (an alias, a traffic split or a shadow: replicas follow
+        on their next sync) and load here every version of ``name`` that it names beside the
+        current one; where one cannot load, apply ``back`` and raise. Then stop the versions
+        nothing names any more. The caller holds the sync lock."""
+        manifest = await self._write(change)
+        entry = manifest.models[name]
+        known = self.by_name.get(name, {})
+        named = [known[v] for v in sorted(entry.named() - {entry.current}) if v in known]
+        loads = [mv for mv in named if self._needs_load(mv, force=True)]
+        await asyncio.gather(
+            *(self._load_stored(mv, manifest.generation, current=False) for mv in loads)
+        )
+        failed = [mv for mv in named if mv.state is not State.READY]
+        if failed:
+            await self._write(back)
+        await self._retire_unnamed()
+        if failed:
+            mv = failed[0]
+            raise NotReady(f"model {name!r} version {mv.version} could not be loaded: {mv.error}")
+        return manifest
 
     async def _serve_current(self, name: str, manifest: Manifest, actor: str) -> ModelVersion:
         """Load the store's current version of ``name`` here, under the sync lock; where it
@@ -528,13 +489,8 @@ class ModelManager(Versions):
             return mv
         reason = mv.error or mv.state.value
         if previous is not None and previous is not mv:
-            async with self._lock:
-                loop = asyncio.get_running_loop()
-                back = f"{actor} (back: version {mv.version} failed to load here)".strip()
-                restored = await loop.run_in_executor(
-                    None, self.store.set_current, name, previous.version, back
-                )
-                self._wrote(restored)
+            back = f"{actor} (back: version {mv.version} failed to load here)".strip()
+            restored = await self._write(self.store.set_current, name, previous.version, back)
             previous.generation = restored.generation
         raise NotReady(f"model {name!r} version {mv.version} could not be loaded: {reason}")
 
