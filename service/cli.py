@@ -101,6 +101,19 @@ def _cmd_register(args: argparse.Namespace) -> int:
     )
 
 
+def _cmd_promote(args: argparse.Namespace) -> int:
+    from service.rollout import change_current
+
+    return change_current(
+        args.url,
+        args.name,
+        version=getattr(args, "version", None),
+        token=args.token or os.environ.get("KESTREL_ADMIN_TOKEN"),
+        actor=args.actor,
+        timeout=args.timeout,
+    )
+
+
 def _cmd_compile(args: argparse.Namespace) -> int:
     from service.offline import compile_file
 
@@ -201,6 +214,31 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print the version's description as JSON instead"
     )
     register.set_defaults(func=_cmd_register)
+
+    for command, what in (
+        ("promote", "make a stored version of a model current on a running service"),
+        ("rollback", "make the version current before the current one current again"),
+    ):
+        move = sub.add_parser(command, help=what, description=f"{what[0].upper()}{what[1:]}.")
+        move.add_argument("name", help="model name")
+        if command == "promote":
+            move.add_argument("version", help="the version (or an alias) to make current")
+        move.add_argument(
+            "--url", default="http://127.0.0.1:8000", help="the service (default %(default)s)"
+        )
+        move.add_argument("--token", default=None, help="admin token (or KESTREL_ADMIN_TOKEN)")
+        move.add_argument(
+            "--actor",
+            default=None,
+            help="who asks, for the version history (default: the client address the server sees)",
+        )
+        move.add_argument(
+            "--timeout",
+            type=float,
+            default=900.0,
+            help="seconds to wait for the version to load (default %(default)g)",
+        )
+        move.set_defaults(func=_cmd_promote)
 
     comp = sub.add_parser(
         "compile",

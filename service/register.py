@@ -102,7 +102,7 @@ def _upload(
         raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from None
     with file:
         size = os.fstat(file.fileno()).st_size
-        response = _request(
+        response = http_request(
             client,
             "POST",
             "/models",
@@ -136,11 +136,11 @@ def _follow(
                 f"GET {client.base_url.join(location)}"
             )
         time.sleep(POLL_S)
-        doc = _request(client, "GET", location).json()
+        doc = http_request(client, "GET", location).json()
     return doc
 
 
-def _request(client: httpx.Client, method: str, path: str, **kwargs: Any) -> httpx.Response:
+def http_request(client: httpx.Client, method: str, path: str, **kwargs: Any) -> httpx.Response:
     """``client.request``, with every failure a :class:`CommandError` that says what to do."""
     base = str(client.base_url).rstrip("/")
     try:

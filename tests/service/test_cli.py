@@ -409,3 +409,24 @@ def test_compile_of_a_pickle_names_the_setting_when_a_step_needs_the_host(
     assert "FunctionTransformer" in line and "KESTREL_HOST_STEP_MODULES" in line
     monkeypatch.setenv("KESTREL_HOST_STEP_MODULES", "tests.service.host_step_functions")
     assert main(["compile", str(path), "--allow-pickle", "--max-batch", "2"]) == 0
+
+
+def test_promote_and_rollback_move_what_serves(server: LiveServer, tmp_path: Path, capsys) -> None:
+    token = ["--url", server.url, "--token", ADMIN_TOKEN]
+    for seed in (1, 2):
+        path = _forest(tmp_path / f"forest-{seed}.skops", seed=100 + seed)
+        assert main(["register", str(path), "--name", "moved", *token, "--json"]) == 0
+    capsys.readouterr()
+    assert main(["promote", "moved", "1", *token, "--actor", "ci"]) == 0
+    assert capsys.readouterr().out == "model 'moved': version 1 serves now (was 2)\n"
+    assert main(["promote", "moved", "1", *token]) == 0
+    assert "serves already" in capsys.readouterr().out
+    assert main(["rollback", "moved", *token]) == 0
+    assert capsys.readouterr().out == "model 'moved': version 2 serves now (was 1)\n"
+    history = server.client.get("/models/moved", headers=server.admin).json()["history"]
+    assert [(c["action"], c["by"]) for c in history][-2:] == [
+        ("promote", "ci"),
+        ("rollback", "client 127.0.0.1"),
+    ]
+    assert main(["promote", "moved", "9", *token]) == 1
+    assert "404 Not Found: model 'moved' has no version '9'" in _one_error_line(capsys.readouterr())
