@@ -25,9 +25,9 @@ its fill before the encoding, and a subnormal code goes to the nearest zero or n
 its side of every threshold (XLA on CPU flushes subnormals to zero; thresholds that are
 subnormal in float32 keep their column in float64).
 
-The look-up is a hash of the column's ``T`` flags the few candidates (a bitmap small enough to
-stay in a core's cache), which a binary search then confirms; numba compiles it, numpy runs it
-where numba is missing.
+The look-up: a bitmap of the columns' hashed ``T`` (small enough to stay in a core's cache)
+flags the few candidates, and an open-addressed table of (column, ``T``) → ``t`` confirms them;
+numba compiles it, numpy runs a searchsorted form of it where numba is missing.
 """
 
 from __future__ import annotations
@@ -98,12 +98,13 @@ class SplitInputs:
 
     Column ``i`` (graph input ``split:i``) is raw column ``keys[i][0]``, NaN replaced by
     ``keys[i][1]`` where that is set; its thresholds are ``limits[starts[i]:starts[i + 1]]``
-    (float64, ascending) with floors ``floors`` (the ordered int32 keys of the float32 ``T``)."""
+    (float64, ascending)."""
 
     keys: tuple[Key, ...]
     starts: np.ndarray  # (D + 1,) int64
     limits: np.ndarray  # (S,) float64
-    floors: np.ndarray  # (S,) int32, ordered keys
+    sources: np.ndarray  # (D,) int64: keys[i][0]
+    fills: np.ndarray  # (D,) float64: keys[i][1], NaN for none
     salts: np.ndarray  # (D,) uint64, below 2**32
     bitmap: np.ndarray  # (2**16 / 8,) uint8
     #: Open addressing of every (column, floor): slot → ``column << 32 | floor`` (-1: empty)
@@ -134,7 +135,8 @@ class SplitInputs:
             keys=keys,
             starts=np.cumsum([0, *map(len, limits)]).astype(np.int64),
             limits=np.concatenate([np.zeros(0), *limits]),
-            floors=np.concatenate([np.zeros(0, np.int32), *floors]).astype(np.int32),
+            sources=np.asarray([s for s, _ in keys], np.int64),
+            fills=np.asarray([np.nan if f is None else f for _, f in keys], np.float64),
             salts=salts,
             bitmap=np.packbits(flags, bitorder="little"),
             slots=slots,
@@ -157,8 +159,7 @@ class SplitInputs:
     def encode(self, x: np.ndarray) -> dict[str, np.ndarray]:
         """The split inputs of the (B, F) float64 input table ``x``: (B,) float32 each."""
         x = np.asarray(x, np.float64)
-        sources = np.asarray([s for s, _ in self.keys], np.int64)
-        fills = np.asarray([np.nan if f is None else f for _, f in self.keys], np.float64)
+        sources, fills = self.sources, self.fills
         out = np.empty((len(self.keys), x.shape[0]), np.float32)
         if native.AVAILABLE:
             _kernel()(

@@ -60,17 +60,9 @@ def register_file(
     if options is not None:
         parse_json(options, "--options")  # the server validates the fields; this, the syntax
         form["options"] = options
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
     deadline = time.monotonic() + timeout
     display = LoadDisplay(progress or Console(stderr=True))
-    try:
-        client = httpx.Client(
-            base_url=url,
-            headers=headers,
-            timeout=httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT_S)),
-        )
-    except httpx.InvalidURL as exc:
-        raise CommandError(f"--url {url!r} is not a valid URL: {exc}") from None
+    client = service_client(url, token, timeout)
     location = None
     try:
         with client, display:
@@ -138,6 +130,22 @@ def _follow(
         time.sleep(POLL_S)
         doc = http_request(client, "GET", location).json()
     return doc
+
+
+def service_client(
+    url: str, token: str | None, timeout: float, headers: dict[str, str] | None = None
+) -> httpx.Client:
+    """A client of the service at ``url`` (the admin ``token``, ``timeout`` seconds per request,
+    connecting within :data:`CONNECT_TIMEOUT_S`); a bad URL is a :class:`CommandError`."""
+    auth = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        return httpx.Client(
+            base_url=url,
+            headers={**auth, **(headers or {})},
+            timeout=httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT_S)),
+        )
+    except httpx.InvalidURL as exc:
+        raise CommandError(f"--url {url!r} is not a valid URL: {exc}") from None
 
 
 def http_request(client: httpx.Client, method: str, path: str, **kwargs: Any) -> httpx.Response:

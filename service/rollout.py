@@ -6,10 +6,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-import httpx
-
-from service.register import CONNECT_TIMEOUT_S, http_request
-from service.terminal import CommandError
+from service.register import http_request, service_client
 
 
 def change_current(
@@ -22,19 +19,10 @@ def change_current(
     timeout: float,
 ) -> int:
     """Promote ``version`` of ``name`` (None: roll back) at the server at ``url``; print the
-    change. Raises :class:`CommandError` for anything the user can fix."""
-    url = url.rstrip("/")
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    if actor:
-        headers["x-kestrel-actor"] = actor
-    try:
-        client = httpx.Client(
-            base_url=url,
-            headers=headers,
-            timeout=httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT_S)),
-        )
-    except httpx.InvalidURL as exc:
-        raise CommandError(f"--url {url!r} is not a valid URL: {exc}") from None
+    change. Raises :class:`~service.terminal.CommandError` for anything the user can fix."""
+    client = service_client(
+        url.rstrip("/"), token, timeout, {"x-kestrel-actor": actor} if actor else None
+    )
     path = f"/models/{quote(name, safe='')}/" + ("rollback" if version is None else "promote")
     with client:
         body = None if version is None else {"version": version}

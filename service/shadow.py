@@ -104,6 +104,8 @@ class Mirror:
         differs from ``answer``, ``serving``'s."""
         try:
             assert shadow.model is not None and shadow.batcher is not None
+            # Read now: the serving version may be retired while the shadow scores.
+            labels = serving.model is not None and serving.model.classes_ is not None
             wanted = tuple(answer) if outputs is None else outputs
             try:
                 scored = await scoring.score(
@@ -128,8 +130,6 @@ class Mirror:
                 )
                 self._count(serving, shadow, "failed")
                 return
-            assert serving.model is not None
-            labels = serving.model.classes_ is not None
             found = divergence(answer, scored.outputs, rows, labels=labels)
             if found is None:
                 self._count(serving, shadow, "incomparable")
