@@ -25,7 +25,6 @@ import compiler
 from compiler.options import TreeStrategy
 from service.batcher import Batcher
 from service.errors import (
-    BadRequest,
     ModelRejected,
     NotFound,
     NotReady,
@@ -262,8 +261,11 @@ class Versions:
         name the version the alias names (a version's own name wins)."""
         if "@" in name:
             if version is not None:
-                raise BadRequest(
-                    f"{name!r} names a version after '@'; do not name another ({version!r})"
+                # Not a 400: every route that takes a version documents 404 for a name@version
+                # pair that does not exist, and this pair cannot.
+                raise NotFound(
+                    f"no model {name!r} with version {version!r}: a name with '@' names its "
+                    "version already; name one or the other"
                 )
             name, version = name.split("@", 1)
         if version is not None and version not in self.by_name.get(name, {}):

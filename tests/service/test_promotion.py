@@ -342,6 +342,8 @@ def test_an_alias_serves_its_version_beside_the_current_one(tmp_path: Path) -> N
         await a.set_alias("m", "stable", "1")
         assert await answer(a, "m@stable") == "1" and await answer(a, "m") == "2"
         assert await answer(a, "m", "stable") == "1"  # an alias where a version is named
+        with pytest.raises(NotFound, match="names its version already"):
+            await answer(a, "m@stable", "1")  # two versions named: no such model
         await b.sync()
         assert await answer(b, "m@stable") == "1" and await answer(b, "m") == "2"
         # Promoting the version an alias serves switches to it; the old current one stays
