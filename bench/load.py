@@ -16,8 +16,10 @@ it) and ``taskset``. Usage::
     python bench/load.py [--models lr,rf,hgb,mlp] [--rows 1,100] [--concurrency 1,16,64]
                          [--duration 10] [--out results.json] [--doc docs/performance-http.md]
     python bench/load.py --tiny          # seconds: one model, two small concurrencies
-    python bench/load.py --servers kestrel-quiet,kestrel,kestrel-shadow [--shadow-share 0.1]
-                                         # what live parity and a shadow cost (docs/rollouts.md)
+    python bench/load.py --servers kestrel-quiet,kestrel,kestrel-shadow,kestrel-capture
+                         [--shadow-share 0.1] [--capture-share 0.1]
+                                         # what live parity, drift metrics, a shadow and
+                                         # payload capture cost (docs/rollouts.md)
 """
 
 from __future__ import annotations
@@ -53,17 +55,20 @@ SERVERS = (
     "kestrel-quiet",
     "kestrel",
     "kestrel-shadow",
+    "kestrel-capture",
     "kestrel-v2",
 )
-#: Kestrel with live parity off, and Kestrel mirroring a share of requests (``--shadow-share``)
-#: to a shadow version (a second copy of each model, stored only): what those cost against
-#: "kestrel" (the defaults, live parity sampling 1 %), each in a server of its own, same run.
-KESTREL_ENV = {"kestrel-quiet": {"KESTREL_LIVE_PARITY_SHARE": "0"}}
+#: Kestrel with live parity and drift metrics off; Kestrel mirroring a share of requests
+#: (``--shadow-share``) to a shadow version (a second copy of each model, stored only); Kestrel
+#: capturing a share (``--capture-share``) to Parquet: what those cost against "kestrel" (the
+#: defaults: live parity and drift metrics sampling), each in a server of its own, same run.
+KESTREL_ENV = {"kestrel-quiet": {"KESTREL_LIVE_PARITY_SHARE": "0", "KESTREL_DRIFT_SHARE": "0"}}
 #: Pairs of servers compared in the table: requests/s and p99, the first over the second.
 COMPARED = (
     ("kestrel", "kestrel-before"),
     ("kestrel", "kestrel-quiet"),
     ("kestrel-shadow", "kestrel-quiet"),
+    ("kestrel-capture", "kestrel-quiet"),
 )
 MODELS = ("lr", "rf", "hgb", "mlp")
 
@@ -193,7 +198,13 @@ def make_target(server: str, base_url: str, model: str, x: np.ndarray) -> Target
             native_body(x),
             lambda d: np.asarray(d["predict_proba"]),
         )
-    if server in ("kestrel", "kestrel-before", "kestrel-quiet", "kestrel-shadow"):
+    if server in (
+        "kestrel",
+        "kestrel-before",
+        "kestrel-quiet",
+        "kestrel-shadow",
+        "kestrel-capture",
+    ):
         return Target(
             server,
             model,
@@ -454,6 +465,7 @@ class Config:
     client_cpu: int | None = None
     tiny: bool = False
     shadow_share: float = 0.1
+    capture_share: float = 0.1
     workdir: Path | None = None
     # Where `python -m service.cli serve` runs from: another checkout compares two versions.
     kestrel_src: Path = ROOT
@@ -493,6 +505,8 @@ def run(config: Config) -> list[Measurement]:
         for kind, servers in groups.items():
             port = free_port()
             argv, env = server_command(kind, port, artifacts, workdir / kind, base_env)
+            if kind == "kestrel-capture":
+                env["KESTREL_CAPTURE_SHARE"] = str(config.capture_share)
             cwd = sources.get(kind) or ROOT
             log_path = workdir / f"{kind}.log"
             config.log(f"starting {kind} server on port {port} ...")
@@ -713,9 +727,10 @@ _LABELS = {
     "hello": "hello world",
     "plain": "plain",
     "kestrel-before": "Kestrel before",
-    "kestrel-quiet": "Kestrel, live parity off",
+    "kestrel-quiet": "Kestrel, live parity and drift off",
     "kestrel": "Kestrel",
     "kestrel-shadow": "Kestrel + shadow",
+    "kestrel-capture": "Kestrel + capture",
     "kestrel-v2": "Kestrel v2",
 }
 
@@ -896,6 +911,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Config, argparse.Namespace]:
         "--shadow-share", type=float, default=0.1, help="share kestrel-shadow mirrors (0, 1]"
     )
     parser.add_argument(
+        "--capture-share", type=float, default=0.1, help="share kestrel-capture captures (0, 1]"
+    )
+    parser.add_argument(
         "--kestrel-src",
         type=Path,
         default=ROOT,
@@ -923,6 +941,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Config, argparse.Namespace]:
         client_cpu=args.client_cpu if args.client_cpu is not None else client_cpu,
         tiny=args.tiny,
         shadow_share=args.shadow_share,
+        capture_share=args.capture_share,
         workdir=args.workdir,
         kestrel_src=args.kestrel_src.resolve(),
         before_src=args.before.resolve() if args.before is not None else None,

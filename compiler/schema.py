@@ -51,6 +51,20 @@ class Vocabulary:
             return self._encode_each(column, values)
         return self._encode_groups(column, groups)
 
+    def index_of(self, values: np.ndarray) -> np.ndarray:
+        """Each value's index in :attr:`categories`, -1 for a value that is none of them and -2
+        for a missing one (``unknown`` and ``missing`` aside: what the data holds, not how the
+        model reads it)."""
+        groups = _group_or_none(values)
+        if groups is None:
+            return np.fromiter(map(self._index_of, values.tolist()), np.int64, len(values))
+        looked_up = np.asarray([self._index_of(u) for u in groups.uniques], np.int64)
+        return looked_up[groups.inverse] if looked_up.size else np.zeros(0, np.int64)
+
+    def _index_of(self, value: Any) -> int:
+        key = _key(value)
+        return -2 if key is _MISSING else self._index.get(key, -1)
+
     def _code(self, value: Any) -> int | None:
         """The code of one value; None: unknown, and unknown values are refused."""
         key = _key(value)
@@ -331,6 +345,27 @@ class InputSchema:
         if check_nan:
             self.check_missing(x)
         return feed, x.shape[0]
+
+    def observed(self, data: Any) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+        """``data`` as data-quality monitoring reads it: every column as float64 (NaN where
+        missing or not a number), and of each categorical column every value's
+        :meth:`Vocabulary.index_of`. Unlike :meth:`to_feed` it refuses no value a model would
+        (an unknown category, a NaN), so it also describes rows a model turns away."""
+        x = self._numeric_matrix(data, np.float64)
+        if x is not None:
+            return x, {}
+        columns = self._columns(data)
+        x = np.empty((len(columns[0]) if columns else 0, len(self.columns)), np.float64)
+        indices: dict[int, np.ndarray] = {}
+        for j, (col, values) in enumerate(zip(self.columns, columns, strict=True)):
+            values = values if isinstance(values, np.ndarray) else values.to_numpy()
+            if j in self.unread:
+                x[:, j] = np.nan
+                continue
+            x[:, j] = _to_float(values, col.name, strict=False)
+            if j in self.vocabularies:
+                indices[j] = self.vocabularies[j].index_of(values)
+        return x, indices
 
     def _numeric_matrix(self, data: Any, dtype: Any) -> np.ndarray | None:
         """``data`` as the ``x`` matrix if it is an all-numeric table needing no codes."""

@@ -314,3 +314,19 @@ def _default(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return value.tolist()
     raise TypeError(f"cannot render {type(value).__name__} as JSON")
+
+
+def head(data: Any, n: int) -> Any:
+    """The first ``n`` rows of a scoring request's data (rows, columns, an array, a frame or an
+    Arrow table, as a frame), or None for a form it cannot cut."""
+    if isinstance(data, list):
+        return data[:n]
+    if isinstance(data, dict):
+        return {k: v[:n] for k, v in data.items()}
+    if isinstance(data, np.ndarray):
+        return data[:n]
+    if hasattr(data, "iloc"):
+        return data.iloc[:n]
+    if hasattr(data, "slice") and hasattr(data, "to_pandas"):
+        return data.slice(0, n).to_pandas()
+    return None

@@ -20,7 +20,8 @@ COLUMNS = ["sepal_length", "sepal_width", "petal_length", "petal_width"]
 
 
 def demo_pipeline() -> tuple[Any, list[dict[str, float]]]:
-    """A fitted StandardScaler → LogisticRegression on iris, and five sample rows."""
+    """A fitted StandardScaler → LogisticRegression on iris, and its sample: the whole data set
+    (the reference of its drift metrics)."""
     from sklearn.datasets import load_iris
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
@@ -30,7 +31,7 @@ def demo_pipeline() -> tuple[Any, list[dict[str, float]]]:
     x = data.data.set_axis(COLUMNS, axis=1)
     y = data.target_names[data.target]
     pipeline = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)).fit(x, y)
-    sample = x.iloc[::30].to_dict(orient="records")
+    sample = x.to_dict(orient="records")
     return pipeline, sample
 
 

@@ -9,23 +9,19 @@ and counted, never waited for. Nothing here touches the request path beyond a qu
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import queue
 import random
-import time
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from service import parity
+from service.codecs import head
 from service.metrics import Metrics
 from service.settings import Settings
 from service.versions import ModelVersion
-from service.workers import LazyThread
+from service.workers import BudgetedWorker
 
 log = logging.getLogger("kestrel.live_parity")
 
@@ -41,32 +37,20 @@ class _Sample:
     n: int
 
 
-def head(data: Any, n: int) -> Any:
-    """The first ``n`` rows of a scoring request's data (rows, columns, an array, a frame or an
-    Arrow table, as a frame), or None for a form it cannot cut."""
-    if isinstance(data, list):
-        return data[:n]
-    if isinstance(data, dict):
-        return {k: v[:n] for k, v in data.items()}
-    if isinstance(data, np.ndarray):
-        return data[:n]
-    if hasattr(data, "iloc"):
-        return data.iloc[:n]
-    if hasattr(data, "slice") and hasattr(data, "to_pandas"):
-        return data.slice(0, n).to_pandas()
-    return None
-
-
 class LiveParity:
     """The background worker and its bounded queue (started on the first sample)."""
 
     def __init__(self, settings: Settings, metrics: Metrics) -> None:
         self.share, self.rows = settings.live_parity_share, settings.live_parity_rows
-        self.cpu = settings.live_parity_cpu
         self.rtol, self.atol = settings.parity_rtol, settings.parity_atol
         self.metrics = metrics
-        self._queue: queue.Queue[_Sample | None] = queue.Queue(QUEUE)
-        self._worker = LazyThread(self._work, "kestrel-live-parity")
+        self._worker: BudgetedWorker[_Sample] = BudgetedWorker(
+            self.check,
+            self._failed,
+            name="kestrel-live-parity",
+            capacity=QUEUE,
+            cpu=settings.live_parity_cpu,
+        )
 
     def offer(self, mv: ModelVersion, data: Any, answer: Mapping[str, Any], rows: int) -> None:
         """Maybe sample one scored request (its share), for the worker to check."""
@@ -79,30 +63,19 @@ class LiveParity:
         served = {
             k: [a[:n] for a in v] if isinstance(v, list) else v[:n] for k, v in answer.items()
         }
-        try:
-            self._queue.put_nowait(_Sample(mv, cut, served, n))
-        except queue.Full:
+        if not self._worker.submit(_Sample(mv, cut, served, n)):
             self._count(mv, "dropped")
-            return
-        self._worker.ensure()
 
-    def _work(self) -> None:
-        while (sample := self._queue.get()) is not None:
-            t0 = time.perf_counter()
-            try:
-                self.check(sample)
-            except Exception as exc:  # the source's trouble: counted, never raised
-                mv = sample.version
-                log.info(
-                    "live parity of model %s version %s: the source raised %s",
-                    mv.name,
-                    mv.version,
-                    exc,
-                    extra={"model": mv.name, "version": mv.version},
-                )
-                self._count(mv, "failed")
-            busy = time.perf_counter() - t0
-            time.sleep(busy * (1.0 / self.cpu - 1.0))  # the CPU budget
+    def _failed(self, sample: _Sample, exc: Exception) -> None:
+        mv = sample.version
+        log.info(
+            "live parity of model %s version %s: the source raised %s",
+            mv.name,
+            mv.version,
+            exc,
+            extra={"model": mv.name, "version": mv.version},
+        )
+        self._count(mv, "failed")
 
     def check(self, sample: _Sample) -> None:
         """Rescore one sample with the source estimator and record how the served answers
@@ -141,12 +114,4 @@ class LiveParity:
 
     def close(self) -> None:
         """Stop the worker (samples still queued are left)."""
-        if self._worker.started:
-            while True:
-                try:
-                    self._queue.put_nowait(None)
-                    break
-                except queue.Full:  # make room: the queued samples are left anyway
-                    with contextlib.suppress(queue.Empty):
-                        self._queue.get_nowait()
-            self._worker.join(5)
+        self._worker.close()

@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 import compiler
 import lazy as lz
 from service import artifacts, codecs, parity, runtime
+from service.codecs import head
+from service.drift_reference import MAX_REFERENCE_ROWS, Reference, build_reference
 from service.metrics import Metrics
 from service.settings import Settings
 from service.store import ModelStore, VersionRecord
@@ -210,8 +212,21 @@ class Loader:
             raise parity.ParityError(
                 f"parity check failed on {result.source} and probe rows: {result.problem}"
             )
+        mv.reference = _reference(model, schema_sample)
         mv.model = model
         mv.source = estimator  # live parity rescores sampled rows with it (service.live_parity)
+
+
+def _reference(model: compiler.CompiledModel, sample: Any) -> Reference:
+    """The drift reference of ``model`` from its registration sample (None: none was given)."""
+    if sample is not None:
+        cut = head(sample, MAX_REFERENCE_ROWS)
+        sample = sample if cut is None else cut
+        try:
+            return build_reference(model.schema, sample, model.outputs(sample), model.classes_)
+        except Exception as exc:  # monitoring is no reason to refuse a model that passed parity
+            log.warning("drift reference from the sample failed (%s); using the schema's", exc)
+    return build_reference(model.schema, None, None, None)
 
 
 def _stored_plan(mv: ModelVersion, record: VersionRecord) -> lz.ExecutionPlan | None:

@@ -224,6 +224,38 @@ class Metrics:
             buckets=DIFF_BUCKETS,
             registry=r,
         )
+        # Data quality and drift (service/drift.py): sampled rows, per input column.
+        self.drift_samples = Counter(
+            "kestrel_drift_samples",
+            "Sampled requests read for data-quality and drift metrics, by result (observed, "
+            "dropped: the worker's queue was full, failed: the rows could not be read).",
+            ("model", "version", "result"),
+            registry=r,
+        )
+        self.input_rows = Counter(
+            "kestrel_input_rows",
+            "Scored rows read for data-quality and drift metrics.",
+            ("model", "version"),
+            registry=r,
+        )
+        self.input_missing = Counter(
+            "kestrel_input_missing_values",
+            "Missing values (None, NaN) of an input column in the rows read.",
+            ("model", "version", "column"),
+            registry=r,
+        )
+        self.input_unknown = Counter(
+            "kestrel_input_unknown_categories",
+            "Values of a categorical input column that are none of the model's categories.",
+            ("model", "version", "column"),
+            registry=r,
+        )
+        self.input_out_of_range = Counter(
+            "kestrel_input_out_of_range_values",
+            "Values of a numeric input column outside the registration sample's range.",
+            ("model", "version", "column"),
+            registry=r,
+        )
         # Payload capture (service/capture.py).
         self.capture_rows = Counter(
             "kestrel_capture_rows",

@@ -23,6 +23,7 @@ from service import gcpolicy, scoring
 from service.admission import ScoringLoad
 from service.batcher import BatcherClosedError
 from service.capture import Capture
+from service.drift import DriftMonitor
 from service.errors import Conflict, NotFound, NotReady, http_error_for
 from service.live_parity import LiveParity
 from service.loading import Loader
@@ -67,6 +68,7 @@ class ModelManager(Versions):
         self._serving = Serving(settings, metrics, self.scoring_load)
         self.mirror = Mirror(metrics)
         self.live_parity = LiveParity(settings, metrics)
+        self.drift = DriftMonitor(settings, metrics)
         self.capture = Capture(settings, store, metrics)
         self._generation = -1  # the manifest generation sync() last applied
         # The newest generation this process wrote (commit, delete): a manifest read older than
@@ -130,6 +132,7 @@ class ModelManager(Versions):
                 raise
             self._mirror(mv, data, outputs, scored.outputs, scored.rows)
             self.live_parity.offer(mv, data, scored.outputs, scored.rows)
+            self.drift.offer(mv, data, scored.outputs, scored.rows)
             self.capture.offer(mv, data, scored.outputs, scored.rows)
             return Prediction(mv, scored.outputs, scored.rows, scored.decode_s, scored.ignored)
         raise NotReady(f"model {name!r} is being replaced; retry")
@@ -720,6 +723,7 @@ class ModelManager(Versions):
         for task in list(self._tasks):
             task.cancel()
         self.live_parity.close()
+        self.drift.close()
         await asyncio.get_running_loop().run_in_executor(None, self.capture.close)
         self.loader.shutdown()
 

@@ -142,6 +142,35 @@ class Settings(BaseSettings):
         le=1,
         description="live parity: the share of one core its background worker may use",
     )
+    drift_share: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="data-quality and drift metrics: the share of scored requests whose rows and "
+        "answers are read in the background (0: off)",
+    )
+    drift_rows: int = Field(
+        256, ge=1, le=65_536, description="drift metrics: rows read per sampled request, at most"
+    )
+    drift_cpu: float = Field(
+        0.05,
+        gt=0,
+        le=1,
+        description="drift metrics: the share of one core their background worker may use",
+    )
+    drift_window_s: float = Field(
+        900.0, gt=0, description="drift metrics: seconds of rows the PSI is computed over"
+    )
+    drift_min_rows: int = Field(
+        200, ge=1, description="drift metrics: values a window needs before a column has a PSI"
+    )
+    drift_columns: int = Field(
+        20,
+        ge=0,
+        le=1000,
+        description="drift metrics: input columns labelled by name (the schema's first); the "
+        "rest are counted together as '(other)'",
+    )
     demo_model: bool = Field(False, description="register a demo model at start if absent")
     # KServe's storage initializer puts an InferenceService's model under /mnt/models.
     preload: Path | None = Field(

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 import compiler
 from compiler.options import TreeStrategy
 from service.batcher import Batcher
+from service.drift_reference import Reference
 from service.errors import (
     ModelRejected,
     NotFound,
@@ -140,6 +141,7 @@ class ModelVersion:
     error: str | None = None
     model: compiler.CompiledModel | None = None
     source: Any = None  # the source estimator, while READY (service.live_parity)
+    reference: Reference | None = None  # the registration data, for drift (service.drift)
     batcher: Batcher | None = None
     delay: QueueDelay | None = None  # its queue's standing delay, for load shedding
     framework: dict[str, str] = field(default_factory=dict)
@@ -196,6 +198,8 @@ class ModelVersion:
                 out["plan"] = [[p.as_dict() for p in g.placements] for g in plan.graphs]
             if self.model.classes_ is not None:
                 out["classes"] = np.asarray(self.model.classes_).tolist()
+        if self.reference is not None:
+            out["drift_reference"] = self.reference.describe()
         return out
 
 

@@ -1,11 +1,12 @@
 """A small, bounded load generator for the demo model, so the Grafana dashboards show traffic.
 
-Several threads post batches of random iris rows of varying size (so batching, padding and the
+Several threads post batches of iris flowers drawn at random, of varying size (so batching, padding and the
 batch-rows heatmap have something to show) and, at a low rate, requests that must fail — a row
 missing a column (400) and an unknown model (404) — so the error and rejection panels do too.
 It stops by itself after ``--seconds`` and prints how many answers it got per status code.
 
-Usage: ``python loadgen.py [--url URL] [--model iris] [--seconds 600] [--concurrency 4]``;
+Usage: ``python loadgen.py [--url URL] [--model iris] [--seconds 600] [--concurrency 4]
+[--shift 1.6]``;
 ``KESTREL_SCORING_TOKEN`` is sent when the server requires one.
 """
 
@@ -22,21 +23,28 @@ from collections.abc import Sequence
 
 import httpx
 
-# Per-feature ranges of the iris data set: rows inside them score like real flowers.
-IRIS_RANGES = {
-    "sepal_length": (4.3, 7.9),
-    "sepal_width": (2.0, 4.4),
-    "petal_length": (1.0, 6.9),
-    "petal_width": (0.1, 2.5),
-}
 ROW_COUNTS = (1, 1, 1, 2, 3, 5, 8, 16, 32, 64)  # mostly single rows, as online traffic is
 
 
-def iris_rows(rng: random.Random, n: int) -> list[dict[str, float]]:
-    return [
-        {col: round(rng.uniform(lo, hi), 2) for col, (lo, hi) in IRIS_RANGES.items()}
-        for _ in range(n)
-    ]
+def iris_flowers() -> list[dict[str, float]]:
+    """The iris data set's rows, by the demo model's column names: traffic drawn from them looks
+    like the registration sample, so the drift panels stay quiet until ``--shift``."""
+    from sklearn.datasets import load_iris
+
+    data = load_iris()
+    names = ["sepal_length", "sepal_width", "petal_length", "petal_width"]
+    return [dict(zip(names, map(float, row), strict=True)) for row in data.data]
+
+
+def iris_rows(
+    rng: random.Random, flowers: Sequence[dict[str, float]], n: int, shift: float = 1.0
+) -> list[dict[str, float]]:
+    """``n`` flowers drawn at random, their petals ``shift`` times as long."""
+    rows = [dict(rng.choice(flowers)) for _ in range(n)]
+    if shift != 1.0:
+        for row in rows:
+            row["petal_length"] = round(row["petal_length"] * shift, 2)
+    return rows
 
 
 class LoadGenerator:
@@ -52,6 +60,7 @@ class LoadGenerator:
         bad_fraction: float,
         token: str | None = None,
         seed: int = 0,
+        shift: float = 1.0,
     ) -> None:
         if seconds <= 0:
             raise ValueError(f"seconds must be positive, got {seconds}")
@@ -59,10 +68,13 @@ class LoadGenerator:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         if not 0.0 <= bad_fraction <= 1.0:
             raise ValueError(f"bad_fraction must be within [0, 1], got {bad_fraction}")
+        if not shift > 0:
+            raise ValueError(f"shift must be positive, got {shift}")
         self.url, self.model = url.rstrip("/"), model
         self.seconds, self.concurrency, self.bad_fraction = seconds, concurrency, bad_fraction
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.seed = seed
+        self.seed, self.shift = seed, shift
+        self.flowers = iris_flowers()
         self.statuses: collections.Counter[str] = collections.Counter()
         self._lock = threading.Lock()
 
@@ -93,7 +105,7 @@ class LoadGenerator:
                     self.statuses[status] += 1
 
     def _request(self, rng: random.Random) -> tuple[str, list[dict[str, float]]]:
-        rows = iris_rows(rng, rng.choice(ROW_COUNTS))
+        rows = iris_rows(rng, self.flowers, rng.choice(ROW_COUNTS), self.shift)
         if rng.random() >= self.bad_fraction:
             return f"/models/{self.model}/predict", rows
         if rng.random() < 0.5:
@@ -111,6 +123,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--bad-fraction", type=float, default=0.02)
+    parser.add_argument(
+        "--shift",
+        type=float,
+        default=1.0,
+        help="petal lengths this many times the real ones: drift for the drift panels",
+    )
     args = parser.parse_args(argv)
     try:
         generator = LoadGenerator(
@@ -119,6 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             seconds=args.seconds,
             concurrency=args.concurrency,
             bad_fraction=args.bad_fraction,
+            shift=args.shift,
             token=os.environ.get("KESTREL_SCORING_TOKEN") or None,
         )
     except ValueError as exc:

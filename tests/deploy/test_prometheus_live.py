@@ -16,7 +16,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -64,6 +64,8 @@ SILENT_WHEN_HEALTHY = frozenset(
         "KestrelModelLoadFailed",
         "KestrelLiveParityMismatch",
         "KestrelShadowDisagrees",
+        "KestrelUnknownCategories",  # the demo model has no categorical column
+        "KestrelMissingValuesRose",  # nor does its traffic miss a value
     }
 )
 
@@ -74,6 +76,8 @@ class Stack:
     prometheus: PrometheusServer
     exposed: set[str]  # sample names in Kestrel's /metrics after the traffic
     traffic: str  # the load generator's summary line
+    psi_before: dict[str, float]  # the demo model's drift, as Prometheus has it, before a shift
+    psi_after: dict[str, float]  # ... and after it
 
 
 def _script(name: str, *args: str, timeout: float) -> str:
@@ -110,8 +114,14 @@ def _latest_scrape(prometheus: PrometheusServer) -> float:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    # Live parity samples a fifth of the requests, so its series exist after a few seconds.
-    kestrel = LiveServer(tmp_path_factory.mktemp("kestrel"), KESTREL_LIVE_PARITY_SHARE="0.2")
+    # Live parity samples a fifth of the requests and drift monitoring every one, so their
+    # series exist after a few seconds.
+    kestrel = LiveServer(
+        tmp_path_factory.mktemp("kestrel"),
+        KESTREL_LIVE_PARITY_SHARE="0.2",
+        KESTREL_DRIFT_SHARE="1",
+        KESTREL_DRIFT_CPU="0.5",
+    )
     kestrel.start()
     prometheus = PrometheusServer(
         tmp_path_factory.mktemp("prometheus"), _prometheus_config(f"127.0.0.1:{kestrel.port}")
@@ -133,6 +143,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             *("--concurrency", "2", "--bad-fraction", "0.2"),
             timeout=60,
         )
+        psi_before = _wait_for_psi(prometheus, lambda v: True)
+        # The same flowers with petals 1.6 times as long: the inputs drift, and so do answers.
+        _script(
+            "loadgen.py",
+            *("--url", kestrel.url, "--model", MODEL, "--seconds", "4", "--shift", "1.6"),
+            *("--concurrency", "2", "--bad-fraction", "0"),
+            timeout=60,
+        )
+        psi_after = _wait_for_psi(prometheus, lambda v: v > 0.25)
         done = time.time()
         prometheus.wait(lambda: _latest_scrape(prometheus) >= done + 2, 30, "scraped twice")
         prometheus.wait(
@@ -142,10 +161,37 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         )
         text = kestrel.client.get("/metrics").text
         exposed = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
-        yield Stack(kestrel, prometheus, exposed, traffic)
+        yield Stack(kestrel, prometheus, exposed, traffic, psi_before, psi_after)
     finally:
         prometheus.stop()
         kestrel.stop()
+
+
+PSI_QUERIES = {
+    "inputs": f'max(kestrel_input_psi_max{{model="{MODEL}", version="1"}})',
+    "petal_length": f'max(kestrel_input_psi{{model="{MODEL}", version="1", column="petal_length"}})',
+    "sepal_width": f'max(kestrel_input_psi{{model="{MODEL}", version="1", column="sepal_width"}})',
+    "predict": f'max(kestrel_prediction_psi{{model="{MODEL}", version="1", output="predict"}})',
+}
+
+
+def _wait_for_psi(
+    prometheus: PrometheusServer, done: Callable[[float], bool], timeout: float = 60
+) -> dict[str, float]:
+    """The demo model's PSI figures once Prometheus has all of them and the inputs' passes
+    ``done``."""
+    values: dict[str, float] = {}
+
+    def scraped() -> bool:
+        values.clear()
+        for key, query in PSI_QUERIES.items():
+            samples = prometheus.query(query)
+            if samples:
+                values[key] = float(samples[0]["value"][1])
+        return len(values) == len(PSI_QUERIES) and done(values["inputs"])
+
+    prometheus.wait(scraped, timeout, "the drift metrics")
+    return dict(values)
 
 
 def _stage_shadow(kestrel: LiveServer) -> None:
@@ -197,6 +243,21 @@ def _failures(stack: Stack, queries: list[Query]) -> list[str]:
 def test_traffic_included_client_errors(stack: Stack) -> None:
     assert "200:" in stack.traffic and "404:" in stack.traffic, stack.traffic
     assert "400:" in stack.traffic or "422:" in stack.traffic, stack.traffic
+
+
+def test_drift_metrics_move_when_the_inputs_shift(stack: Stack) -> None:
+    before, after = stack.psi_before, stack.psi_after
+    # Flowers drawn from the registration sample itself: no column scores as drifted.
+    assert before["inputs"] < 0.25, before
+    # Longer petals: that column and the answers drift, sepal widths do not.
+    assert after["petal_length"] > 0.25 and after["predict"] > before["predict"], after
+    assert after["sepal_width"] < 0.25, after
+    # Values beyond the sample's range are counted, per column, through the recording rule.
+    ratio = stack.prometheus.query(
+        "instance_model_column:kestrel_input_out_of_range:ratio_rate15m"
+        f'{{model="{MODEL}", column="petal_length"}}'
+    )
+    assert ratio and float(ratio[0]["value"][1]) > 0, ratio
 
 
 def test_every_metric_name_exists_in_metrics(stack: Stack) -> None:

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from sklearn.tree import DecisionTreeClassifier
 
 import lazy as lz
-from service.live_parity import head
+from service.codecs import head
 from service.metrics import Metrics
 from service.models import ModelManager
 from service.settings import Settings
@@ -100,7 +100,7 @@ def test_the_queue_is_bounded_and_every_request_form_is_cut(tmp_path: Path) -> N
     from service import live_parity
 
     checker = _manager(tmp_path, share=1.0).live_parity
-    checker._worker.ensure = lambda: None  # type: ignore[method-assign]  # no worker: it fills
+    checker._worker._thread.ensure = lambda: None  # type: ignore[method-assign]  # no worker: it fills
     mv = type("Version", (), {"name": "m", "version": "1", "source": object()})()
     for _ in range(live_parity.QUEUE + 5):
         checker.offer(mv, [[0.0]], {"predict": np.zeros(1)}, 1)  # type: ignore[arg-type]
