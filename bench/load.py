@@ -62,7 +62,10 @@ SERVERS = (
 #: (``--shadow-share``) to a shadow version (a second copy of each model, stored only); Kestrel
 #: capturing a share (``--capture-share``) to Parquet: what those cost against "kestrel" (the
 #: defaults: live parity and drift metrics sampling), each in a server of its own, same run.
-KESTREL_ENV = {"kestrel-quiet": {"KESTREL_LIVE_PARITY_SHARE": "0", "KESTREL_DRIFT_SHARE": "0"}}
+KESTREL_ENV = {
+    "kestrel-quiet": {"KESTREL_LIVE_PARITY_SHARE": "0", "KESTREL_DRIFT_SHARE": "0"},
+    "kestrel-capture": {"KESTREL_CAPTURE_SHARE": "0.1"},  # --capture-share overrides it
+}
 #: Pairs of servers compared in the table: requests/s and p99, the first over the second.
 COMPARED = (
     ("kestrel", "kestrel-before"),

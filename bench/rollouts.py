@@ -1,9 +1,11 @@
-"""What live parity and a shadow version cost over HTTP, measured round by round.
+"""What live parity, drift metrics, a shadow version and payload capture cost over HTTP,
+measured round by round.
 
-Three Kestrel servers run at once, all pinned to the same core, each with the same models:
-``quiet`` (live parity off), ``default`` (live parity at its default share) and ``shadow``
-(a stored copy of each model as version 2, with ``--shadow-share`` of the requests mirrored to
-it). ``wrk`` on another core loads them in turns, round by round, the order rotated every round.
+Four Kestrel servers run at once, all pinned to the same core, each with the same models:
+``quiet`` (live parity and drift metrics off), ``default`` (both at their default shares),
+``shadow`` (the defaults, and a stored copy of each model as version 2, with
+``--shadow-share`` of the requests mirrored to it) and ``capture`` (the defaults, and 10 % of
+the requests captured to Parquet in the store). ``wrk`` on another core loads them in turns, round by round, the order rotated every round.
 A shared machine's drift then hits every server alike: the ratios are medians of the per-round
 ratios against ``quiet``, with their range over the rounds. Single-row native requests, as
 bench/load.py sends them. Prints a table; never asserts.
@@ -41,7 +43,12 @@ from load import (  # a script: its directory is not a package
 )
 
 #: Each server: bench/load.py's server kind whose environment it takes.
-SERVERS = {"quiet": "kestrel-quiet", "default": "kestrel", "shadow": "kestrel-shadow"}
+SERVERS = {
+    "quiet": "kestrel-quiet",
+    "default": "kestrel",
+    "shadow": "kestrel-shadow",
+    "capture": "kestrel-capture",
+}
 
 
 def main() -> None:

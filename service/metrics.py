@@ -196,6 +196,13 @@ class Metrics:
             buckets=DIFF_BUCKETS,
             registry=r,
         )
+        self.shadow_decisions = Counter(
+            "kestrel_shadow_decisions",
+            "Shadows ended by their rule, by decision (promote: agreed and made current, "
+            "reject: disagreed and no longer mirrored to).",
+            ("model", "shadow", "decision"),
+            registry=r,
+        )
         # Live parity (service/live_parity.py): served answers against the source estimator.
         self.live_parity_samples = Counter(
             "kestrel_live_parity_samples",

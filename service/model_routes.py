@@ -14,6 +14,7 @@ from service.components import Components
 from service.errors import BadRequest, Forbidden, InvalidInput, ModelRejected, PayloadTooLarge
 from service.models import ModelManager
 from service.settings import Settings
+from service.shadow_rule import InvalidRule, ShadowRule
 from service.versions import ModelOptions, ModelVersion, State, Upload, failure_error
 from service.web import json_response
 
@@ -181,12 +182,17 @@ def add_model_routes(app: FastAPI, parts: Components) -> None:
     )
     async def set_shadow(request: Request, name: str) -> Response:
         version = await _version_field(request)
-        share = (await _json_body(request)).get("share", 0.1)
+        doc = await _json_body(request)
+        share = doc.get("share", 0.1)
         try:
             store.check_share(share)
         except store.InvalidRecord as exc:
             raise BadRequest(f"field 'share': {exc}") from None
-        await manager.set_shadow(name, version, share)
+        try:
+            rule = None if doc.get("rule") is None else ShadowRule.from_json(doc["rule"])
+        except InvalidRule as exc:
+            raise BadRequest(str(exc)) from None
+        await manager.set_shadow(name, version, share, rule)
         return json_response({"name": name, "shadow": _shadow(manager, name)})
 
     @app.delete(
@@ -302,7 +308,7 @@ async def _json_body(request: Request) -> dict[str, Any]:
 
 def _shadow(manager: ModelManager, name: str) -> dict[str, Any] | None:
     shadow = manager.shadows.get(name)
-    return None if shadow is None else {"version": shadow[0], "share": shadow[1]}
+    return None if shadow is None else shadow.to_json()
 
 
 async def _version_field(request: Request) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
 from typing import Any
 
@@ -30,7 +30,8 @@ from service.loading import Loader
 from service.metrics import Metrics
 from service.serving import Serving
 from service.settings import Settings
-from service.shadow import Mirror
+from service.shadow import Divergence, Mirror
+from service.shadow_rule import Shadow, ShadowRule, Tally, Verdict
 from service.store import Manifest, ModelStore, VersionRecord, validate_name
 from service.versions import (
     LoadProgress,
@@ -44,6 +45,9 @@ from service.versions import (
 )
 
 log = logging.getLogger("kestrel.models")
+
+#: Who the version history says promoted a shadow by its rule.
+RULE_ACTOR = "shadow-rule"
 
 
 class ModelManager(Versions):
@@ -67,6 +71,8 @@ class ModelManager(Versions):
         self.loader = Loader(settings, store, metrics, cache)
         self._serving = Serving(settings, metrics, self.scoring_load)
         self.mirror = Mirror(metrics)
+        # What this replica's mirrors compared, per shadow setting with a rule.
+        self._tallies: dict[tuple[str, Shadow], Tally] = {}
         self.live_parity = LiveParity(settings, metrics)
         self.drift = DriftMonitor(settings, metrics)
         self.capture = Capture(settings, store, metrics)
@@ -150,9 +156,51 @@ class ModelManager(Versions):
         shadow = self.shadows.get(mv.name)
         if shadow is None or shadow[0] == mv.version or not self.mirror.wants(shadow[1]):
             return
-        target = self.by_name.get(mv.name, {}).get(shadow[0])
+        target = self.by_name.get(mv.name, {}).get(shadow.version)
         if target is not None and self.mirror.admit(mv, target):
-            self._spawn(self.mirror.run(mv, target, data, outputs, answer, rows))
+            mirrored = self.mirror.run(mv, target, data, outputs, answer, rows)
+            self._spawn(
+                mirrored if shadow.rule is None else self._judged(mv.name, shadow, mirrored)
+            )
+
+    async def _judged(
+        self, name: str, shadow: Shadow, mirrored: Awaitable[Divergence | None]
+    ) -> None:
+        """Run one mirror of a shadow with a rule, tally it, and carry out the rule's verdict
+        once it has one (:mod:`service.shadow_rule`)."""
+        found = await mirrored
+        if found is None or shadow.rule is None or self.shadows.get(name) != shadow:
+            return
+        tally = self._tallies.setdefault((name, shadow), Tally())
+        tally.add(found)
+        verdict = None if tally.decided else tally.verdict(shadow.rule)
+        if verdict is None:
+            return
+        tally.decided = True
+        async with self._sync_lock:
+            if self.shadows.get(name) != shadow:
+                return  # changed, or decided by a replica whose manifest this one read
+            promote = verdict is Verdict.PROMOTE
+            manifest = await self._write(
+                self.store.decide_shadow, name, shadow, promote, RULE_ACTOR
+            )
+            m = self.metrics
+            m.child(m.shadow_decisions, name, shadow.version, verdict.value).inc()
+            log.warning(
+                "model %s: the shadow rule %s version %s after %d rows (%d labels differed, "
+                "largest |diff| %g)",
+                name,
+                "promoted" if promote else "stopped mirroring to",
+                shadow.version,
+                tally.rows,
+                tally.label_disagreements,
+                tally.max_abs_diff,
+                extra={"model": name, "version": shadow.version},
+            )
+            entry = manifest.models.get(name)
+            if promote and entry is not None and entry.current == shadow.version:
+                await self._serve_current(name, manifest, RULE_ACTOR)
+            await self._retire_unnamed()
 
     # -- registration ----------------------------------------------------------------------------
     async def register(self, upload: Upload) -> ModelVersion:
@@ -306,6 +354,7 @@ class ModelManager(Versions):
             name: dict(sorted(e.traffic.items())) for name, e in models.items() if e.traffic
         }
         self.shadows = {name: e.shadow for name, e in models.items() if e.shadow is not None}
+        self._tallies = {k: t for k, t in self._tallies.items() if self.shadows.get(k[0]) == k[1]}
 
     def _activate(self, mv: ModelVersion, *, current: bool = True) -> None:
         """READY: give the version a batcher and make it current; retire the previous one unless
@@ -413,17 +462,19 @@ class ModelManager(Versions):
             )
             return dict(manifest.models[name].traffic)
 
-    async def set_shadow(self, name: str, version: str | None, share: float = 0.0) -> None:
+    async def set_shadow(
+        self, name: str, version: str | None, share: float = 0.0, rule: ShadowRule | None = None
+    ) -> None:
         """Mirror ``share`` of ``name``'s live requests to stored ``version`` (None: none),
-        serving it beside the current one (:meth:`_name_versions`)."""
+        serving it beside the current one (:meth:`_name_versions`); ``rule`` may promote it."""
         async with self._sync_lock:
             chosen = None if version is None else self._stored(name, version, "a shadow").version
             name = self.lookup(name).name
-            before = self.shadows.get(name) or (None, 0.0)
+            before = self.shadows.get(name)
             await self._name_versions(
                 name,
-                partial(self.store.set_shadow, name, chosen, share),
-                partial(self.store.set_shadow, name, *before),
+                partial(self.store.set_shadow, name, chosen, share, rule),
+                partial(self.store.set_shadow, name, *(before or (None,))),
             )
 
     async def delete_alias(self, name: str, alias: str) -> None:

@@ -183,9 +183,24 @@ class ModelDescription(BaseModel):
     shadow: Shadow | None = Field(description="where live requests are mirrored, if anywhere")
 
 
+class ShadowRuleDoc(BaseModel):
+    after_rows: int = Field(description="rows compared on one replica before promoting, >= 1")
+    max_label_disagreement: float = Field(
+        0.0, description="the share of rows whose label may differ, at most, in [0, 1]"
+    )
+    max_abs_diff: float | None = Field(
+        None, description="the largest |Δ| of a numeric output allowed (null: not checked)"
+    )
+
+
 class Shadow(BaseModel):
     version: str = Field(description="the version live requests are mirrored to")
     share: float = Field(description="the share of requests mirrored, in (0, 1]")
+    rule: ShadowRuleDoc | None = Field(
+        None,
+        description="promote the shadow once it agreed on after_rows rows; stop mirroring to "
+        "it as soon as it cannot",
+    )
 
 
 class ShadowAnswer(BaseModel):

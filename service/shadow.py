@@ -99,9 +99,9 @@ class Mirror:
         outputs: tuple[str, ...] | None,
         answer: Mapping[str, Any],
         rows: int,
-    ) -> None:
-        """Score ``data`` on ``shadow`` (after :meth:`admit`) and record how its answer
-        differs from ``answer``, ``serving``'s."""
+    ) -> Divergence | None:
+        """Score ``data`` on ``shadow`` (after :meth:`admit`), record how its answer differs
+        from ``answer``, ``serving``'s, and return that (None: not compared)."""
         try:
             assert shadow.model is not None and shadow.batcher is not None
             # Read now: the serving version may be retired while the shadow scores.
@@ -129,12 +129,13 @@ class Mirror:
                     extra={"model": shadow.name, "version": shadow.version},
                 )
                 self._count(serving, shadow, "failed")
-                return
+                return None
             found = divergence(answer, scored.outputs, rows, labels=labels)
             if found is None:
                 self._count(serving, shadow, "incomparable")
-                return
+                return None
             self._record(serving, shadow, found)
+            return found
         finally:
             self.in_flight -= 1
 

@@ -39,6 +39,8 @@ import fsspec.core
 from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
+from service.shadow_rule import InvalidRule, Shadow, ShadowRule
+
 __all__ = [
     "BlobNotFound",
     "CurrentChange",
@@ -326,8 +328,9 @@ class ModelEntry:
     aliases: dict[str, str] = field(default_factory=dict)
     #: A split of the model's unversioned requests: version → weight (empty: all to current).
     traffic: dict[str, float] = field(default_factory=dict)
-    #: The version that live requests are mirrored to, and the share mirrored (None: none).
-    shadow: tuple[str, float] | None = None
+    #: The version that live requests are mirrored to, the share mirrored, and the rule that
+    #: may promote it (None: none).
+    shadow: Shadow | None = None
 
     def named(self) -> set[str]:
         """The versions an alias names, traffic goes to or requests are mirrored to (they serve
@@ -419,9 +422,7 @@ class Manifest:
                     "history": [change.to_json() for change in entry.history],
                     "aliases": dict(sorted(entry.aliases.items())),
                     "traffic": dict(sorted(entry.traffic.items())),
-                    "shadow": None
-                    if entry.shadow is None
-                    else {"version": entry.shadow[0], "share": entry.shadow[1]},
+                    "shadow": None if entry.shadow is None else entry.shadow.to_json(),
                 }
                 for name, entry in sorted(self.models.items())
             },
@@ -507,16 +508,19 @@ def _traffic(raw: object, versions: Mapping[str, VersionRecord], name: str) -> d
         raise StoreCorruptionError(f"model {name!r}: {exc}") from None
 
 
-def _shadow(
-    raw: object, versions: Mapping[str, VersionRecord], name: str
-) -> tuple[str, float] | None:
+def _shadow(raw: object, versions: Mapping[str, VersionRecord], name: str) -> Shadow | None:
     if raw is None:
         return None
     if not isinstance(raw, dict) or raw.get("version") not in versions:
         raise StoreCorruptionError(f"model {name!r}: shadow names no version")
     try:
-        return raw["version"], check_share(raw.get("share"))
-    except InvalidRecord as exc:
+        rule = raw.get("rule")
+        return Shadow(
+            raw["version"],
+            check_share(raw.get("share")),
+            None if rule is None else ShadowRule.from_json(rule),
+        )
+    except (InvalidRecord, InvalidRule) as exc:
         raise StoreCorruptionError(f"model {name!r}: {exc}") from None
 
 
@@ -995,9 +999,15 @@ class ModelStore:
 
         return self._mutate(change)
 
-    def set_shadow(self, name: str, version: str | None, share: float = 0.0) -> Manifest:
-        """Mirror ``share`` of ``name``'s live requests to ``version`` (or an alias); None: mirror
-        none."""
+    def set_shadow(
+        self,
+        name: str,
+        version: str | None,
+        share: float = 0.0,
+        rule: ShadowRule | None = None,
+    ) -> Manifest:
+        """Mirror ``share`` of ``name``'s live requests to ``version`` (or an alias), promoted
+        by ``rule`` if it has one; None: mirror none."""
         validate_name(name)
 
         def change(manifest: Manifest) -> None:
@@ -1009,7 +1019,24 @@ class ModelStore:
                 return
             target = entry.resolve(version)
             manifest.record(name, target)  # raises ModelNotFound naming the version
-            entry.shadow = (target, check_share(share))
+            entry.shadow = Shadow(target, check_share(share), rule)
+
+        return self._mutate(change)
+
+    def decide_shadow(self, name: str, seen: Shadow, promote: bool, by: str = "") -> Manifest:
+        """End the shadow ``seen`` of ``name`` by its rule's verdict: promoted to current
+        (recorded in the history), or only no longer mirrored to. Nothing is written where the
+        shadow is no longer ``seen`` (changed, or another replica decided first)."""
+        validate_name(name)
+
+        def change(manifest: Manifest) -> bool:
+            entry = manifest.models.get(name)
+            if entry is None or entry.shadow != seen:
+                return False
+            entry.shadow = None
+            if promote and entry.current != seen.version:
+                entry.make_current(seen.version, "promote", by)
+            return True
 
         return self._mutate(change)
 

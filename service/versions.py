@@ -34,6 +34,7 @@ from service.errors import (
     some_of,
 )
 from service.queue_delay import QueueDelay
+from service.shadow_rule import Shadow
 from service.store import CurrentChange, VersionRecord
 
 
@@ -225,8 +226,8 @@ class Versions:
         self.aliases: dict[str, dict[str, str]] = {}
         #: Splits of unversioned requests: model → version → weight (see :meth:`route`).
         self.traffic: dict[str, dict[str, float]] = {}
-        #: Shadow versions: model → (version mirrored to, share of requests).
-        self.shadows: dict[str, tuple[str, float]] = {}
+        #: Shadow versions: model → the version mirrored to, the share of requests, its rule.
+        self.shadows: dict[str, Shadow] = {}
 
     def route(self, name: str, version: str | None, key: str | None = None) -> str | None:
         """The version an unversioned request for ``name`` goes to where its traffic is split

@@ -295,6 +295,26 @@ def test_promote_and_rollback_under_load_lose_no_request(tmp_path: Path) -> None
         disagreements = a.metric("kestrel_shadow_label_disagreements_total", **labels)
         assert disagreements == int(flips.sum()), (disagreements, int(flips.sum()))
         assert a.client.delete("/models/m/shadow", headers=a.admin).status_code == 204
+        # With a rule allowing no flipped label, the first flip stops the mirroring; version 2
+        # serves on.
+        bad = {"version": "3", "share": 1.0, "rule": {"after_rows": 0}}
+        r = a.client.put("/models/m/shadow", json=bad, headers=a.admin)
+        assert r.status_code == 400 and "'after_rows'" in r.text, r.text
+        rule = {"after_rows": len(x), "max_label_disagreement": 0.0, "max_abs_diff": None}
+        body = {"version": "3", "share": 1.0, "rule": rule}
+        r = a.client.put("/models/m/shadow", json=body, headers=a.admin)
+        assert r.status_code == 200 and r.json()["shadow"] == body, r.text
+        decided = {"model": "m", "shadow": "3", "decision": "reject"}
+        for i in range(0, len(x), 3):
+            assert a.client.post("/models/m/predict", json=x[i : i + 3].tolist()).status_code == 200
+            if a.metric("kestrel_shadow_decisions_total", **decided):
+                break
+        deadline = time.monotonic() + 30
+        while a.client.get("/models/m", headers=a.admin).json()["shadow"] is not None:
+            assert time.monotonic() < deadline, "the rule did not stop the shadow"
+            time.sleep(0.05)
+        assert a.metric("kestrel_shadow_decisions_total", **decided) == 1
+        assert a.client.post("/models/m/predict", json=x[:3].tolist()).json()["version"] == "2"
     finally:
         b.stop()
         a.stop()
@@ -486,3 +506,106 @@ def test_a_split_skips_versions_not_loaded_here_yet() -> None:
     assert table.route("m", "1", "user-1") == "1"  # a version named: no split
     table.by_name["m"]["2"].state = State.LOADING
     assert table.route("m", None, "user-1") is None  # none of the split here: the current one
+
+
+def test_a_shadow_rule_decides_on_the_rows_compared() -> None:
+    from service.shadow import Divergence
+    from service.shadow_rule import InvalidRule, ShadowRule, Tally, Verdict
+
+    rule = ShadowRule(after_rows=100, max_label_disagreement=0.02)
+    tally = Tally()
+    tally.add(Divergence(60, 1, {"predict_proba": 0.01}))
+    assert tally.verdict(rule) is None  # 60 rows: not yet
+    tally.add(Divergence(40, 1, {}))
+    assert tally.verdict(rule) is Verdict.PROMOTE  # 2 of 100 labels: exactly the share allowed
+    early = Tally()
+    early.add(Divergence(10, 3, {}))  # 3 > 2 % of 100: it cannot pass any more
+    assert early.verdict(rule) is Verdict.REJECT
+    late = Tally()
+    late.add(Divergence(150, 4, {}))
+    assert late.verdict(rule) is Verdict.REJECT  # 4 of 150 > 2 %
+    strict = ShadowRule(after_rows=10, max_abs_diff=1e-6)
+    gap = Tally()
+    gap.add(Divergence(1, 0, {"predict": 1e-3}))
+    assert gap.verdict(strict) is Verdict.REJECT
+    assert ShadowRule.from_json({"after_rows": 5}) == ShadowRule(5)
+    for bad, field in [
+        ({"after_rows": 0}, "after_rows"),
+        ({"after_rows": 2.5}, "after_rows"),
+        ({"after_rows": 5, "max_label_disagreement": 2}, "max_label_disagreement"),
+        ({"after_rows": 5, "max_abs_diff": -1}, "max_abs_diff"),
+        ({"after_rows": 5, "max_abs_dif": 1}, "unknown fields"),
+        ({}, "after_rows"),
+        ([], "JSON object"),
+    ]:
+        with pytest.raises(InvalidRule, match=field):
+            ShadowRule.from_json(bad)
+
+
+def test_a_shadow_rule_promotes_an_agreeing_version_and_drops_a_disagreeing_one(
+    tmp_path: Path,
+) -> None:
+    from service.shadow_rule import Shadow, ShadowRule
+    from tests.service.test_replica_sync import upload
+
+    a, b = replica(tmp_path), replica(tmp_path)
+
+    async def staged(kind: str) -> str:
+        up = upload(kind)
+        up.promote = False
+        mv = await a.register(up)
+        assert await a.wait(mv, 120) and mv.record is not None, mv.error  # stored, not serving
+        return mv.version
+
+    def decisions(shadow: str, decision: str) -> float:
+        value = a.metrics.registry.get_sample_value(
+            "kestrel_shadow_decisions_total",
+            {"model": "m", "shadow": shadow, "decision": decision},
+        )
+        return value or 0.0
+
+    async def settled() -> None:
+        for _ in range(200):
+            if a.mirror.in_flight == 0 and not a._sync_lock.locked():
+                return
+            await asyncio.sleep(0.02)
+
+    async def scenario() -> None:
+        await registered(a, "a")
+        await b.recover()
+        # Version 2 computes another function: its first mirrored answer is further apart than
+        # the rule allows, so it is dropped at once, and version 1 serves on.
+        other = await staged("b")
+        await a.set_shadow("m", other, 1.0, ShadowRule(after_rows=50, max_abs_diff=1e-6))
+        await serves(a, "a", "1")
+        await settled()
+        assert a.shadows.get("m") is None and decisions(other, "reject") == 1
+        assert a.current("m").version == "1" and a.lookup("m", other).state is State.RETIRED
+        # Version 3 is the same model again: after 50 rows (10 requests of 5) it is promoted.
+        same = await staged("a")
+        rule = ShadowRule(after_rows=50, max_abs_diff=1e-4)
+        await a.set_shadow("m", same, 1.0, rule)
+        assert a.shadows["m"] == Shadow(same, 1.0, rule)
+        for _ in range(9):
+            await serves(a, "a", "1")
+        await settled()
+        assert a.current("m").version == "1"  # 45 rows: not yet
+        await serves(a, "a", "1")
+        await settled()
+        assert a.current("m").version == same and decisions(same, "promote") == 1
+        assert a.shadows.get("m") is None
+        change = a.histories["m"][-1]
+        assert (change.action, change.previous, change.current, change.by) == (
+            "promote",
+            "1",
+            same,
+            "shadow-rule",
+        )
+        await b.sync()  # the other replica follows the store
+        assert b.current("m").version == same
+        await serves(b, "a", same)
+        # A decision on a shadow setting that changed since writes nothing.
+        assert a.store.decide_shadow("m", Shadow(same, 1.0, rule), True).models["m"].current == same
+        assert a.store.load_manifest().models["m"].history[-1].current == same
+
+    run(a, b)(scenario)
