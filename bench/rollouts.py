@@ -10,8 +10,12 @@ A shared machine's drift then hits every server alike: the ratios are medians of
 ratios against ``quiet``, with their range over the rounds. Single-row native requests, as
 bench/load.py sends them. Prints a table; never asserts.
 
+With ``--rate R`` each turn is an open loop instead (tests/service/loadgen.py: R arrivals per
+second, latency counted from each arrival's due time, wrk2's way) over ``--concurrency``
+connections: below saturation, what a client waits is then compared, not what a core can do.
+
 Usage: python bench/rollouts.py [--models lr,rf] [--concurrency 16,64] [--rounds 5]
-                                [--duration 5] [--shadow-share 0.1]
+                                [--duration 5] [--shadow-share 0.1] [--rate 2000]
 """
 
 from __future__ import annotations
@@ -23,10 +27,13 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from urllib.parse import urlsplit
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from load import (  # a script: its directory is not a package
+    Target,
     build_models,
     check_answer,
     default_cpus,
@@ -58,6 +65,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per turn")
     parser.add_argument("--shadow-share", type=float, default=0.1)
+    parser.add_argument(
+        "--rate", type=float, default=None, help="open loop at this many requests/s per turn"
+    )
     args = parser.parse_args()
     models, x = build_models(args.models.split(","))
     concurrencies = [int(c) for c in args.concurrency.split(",")]
@@ -82,7 +92,11 @@ def main() -> None:
                 register_kestrel(url, workdir / "models", models, x, 1024, promote=False)
                 shadow_everything(url, models, args.shadow_share)
             urls[label] = url
-        print(f"shadow share {args.shadow_share}; {args.rounds} rounds of {args.duration:.0f} s")
+        mode = "closed loop (wrk)" if args.rate is None else f"open loop at {args.rate:.0f}/s"
+        print(
+            f"shadow share {args.shadow_share}; {args.rounds} rounds of {args.duration:.0f} s; "
+            f"{mode}"
+        )
         print(
             "model  conc.  server    req/s (median)  p99 ms (median)  req/s vs quiet  p99 vs quiet"
         )
@@ -96,12 +110,17 @@ def main() -> None:
                 order = list(urls)
                 for r in range(args.rounds):
                     for s in order[r % len(order) :] + order[: r % len(order)]:
-                        result = run_wrk(
-                            wrk, targets[s], connections=c, duration_s=args.duration,
-                            cpu=client_cpu, workdir=workdir,
-                        )  # fmt: skip
-                        rps[s].append(result.rps)
-                        p99[s].append(result.p99_us / 1e3)
+                        if args.rate is None:
+                            result = run_wrk(
+                                wrk, targets[s], connections=c, duration_s=args.duration,
+                                cpu=client_cpu, workdir=workdir,
+                            )  # fmt: skip
+                            rps[s].append(result.rps)
+                            p99[s].append(result.p99_us / 1e3)
+                        else:
+                            answered, latency = open_loop(targets[s], args.rate, c, args.duration)
+                            rps[s].append(answered)
+                            p99[s].append(latency)
                 for s in urls:
                     ratio_r = [a / b for a, b in zip(rps[s], rps["quiet"], strict=True)]
                     ratio_p = [a / b for a, b in zip(p99[s], p99["quiet"], strict=True)]
@@ -112,6 +131,25 @@ def main() -> None:
                         f"  {statistics.median(ratio_p):>5.2f}x ({min(ratio_p):.2f}-{max(ratio_p):.2f})",
                         flush=True,
                     )
+
+
+def open_loop(
+    target: Target, rate: float, connections: int, duration_s: float
+) -> tuple[float, float]:
+    """One open-loop turn: answers per second (200s only) and their p99 in ms."""
+    from tests.service.loadgen import run_process
+
+    parts = urlsplit(target.url)
+    summary = run_process(
+        f"{parts.scheme}://{parts.netloc}",
+        parts.path,
+        target.body.decode(),
+        *("--rate", str(rate), "--connections", str(connections), "--duration", str(duration_s)),
+    )
+    ok = summary["by_status"].get("200")
+    if ok is None or summary["errors"]:
+        raise SystemExit(f"{target.server} answered no 200s: {summary}")
+    return summary["ok_per_s"], ok["p99_ms"]
 
 
 if __name__ == "__main__":
