@@ -4,7 +4,7 @@
 #
 #   docker build -t kestrel .                                  # CPU (XLA on the host CPU)
 #   docker build -t kestrel:cuda --build-arg ACCELERATOR=cuda12 .   # CUDA 12 jax (NVIDIA GPUs)
-#   docker run -p 8000:8000 -e KESTREL_ADMIN_TOKEN=change-me kestrel
+#   docker run -p 8000:8000 -p 8081:8081 -e KESTREL_ADMIN_TOKEN=change-me kestrel
 #
 # The server binds 0.0.0.0 and therefore refuses to start without KESTREL_ADMIN_TOKEN (model
 # management would be open to anyone who reaches the port); pass it with -e or a secret. Every
@@ -76,7 +76,8 @@ VOLUME ["/var/lib/kestrel/store", "/var/cache/kestrel"]
 
 USER 10001:10001
 WORKDIR /home/kestrel
-EXPOSE 8000
+# HTTP, and the Open Inference Protocol v2 over gRPC (KESTREL_GRPC_PORT; 0 turns it off).
+EXPOSE 8000 8081
 
 # Liveness only (the process answers); readiness is /readyz, for orchestrators that route traffic.
 # No curl in the slim image: the standard library does the request.

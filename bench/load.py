@@ -556,6 +556,8 @@ def server_command(
         "KESTREL_POLL_INTERVAL_S": "0",
         # One core for the whole server: XLA must not spread a batch over threads.
         "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false",
+        # HTTP is measured: no gRPC server (nor a clash with one on its default port).
+        "KESTREL_GRPC_PORT": "0",
         **KESTREL_ENV.get(kind, {}),
     }
     return [python, "-m", "service.cli", "serve", "--port", str(port)], kestrel_env

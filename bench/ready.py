@@ -77,6 +77,8 @@ def _env(workdir: Path) -> dict[str, str]:
         "KESTREL_POLL_INTERVAL_S": "0",
         "KESTREL_LOG_LEVEL": "warning",
         "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false",
+        # HTTP is measured: no gRPC server (nor a clash with one on its default port).
+        "KESTREL_GRPC_PORT": "0",
     }
 
 

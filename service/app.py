@@ -4,7 +4,8 @@ Routes are thin: they parse HTTP, check tokens and call the :class:`ModelManager
 nothing about HTTP. Every error leaves as ``{"error": {"code", "message", "request_id"}}``.
 The routes live by concern: health and metrics here, model management in
 :mod:`service.model_routes`, native scoring in :mod:`service.predict_routes`, the Open Inference
-Protocol in :mod:`service.v2`; admission and the error shape in :mod:`service.middleware`.
+Protocol in :mod:`service.v2` (and over gRPC, :mod:`service.grpc_v2`, started by the lifespan on
+its own port); admission and the error shape in :mod:`service.middleware`.
 
 Registration is asynchronous: ``POST /models`` validates the upload (format, trusted types,
 supported classes) and answers ``202 Accepted`` with a ``Location`` to poll while the version
@@ -43,6 +44,8 @@ from service.web import json_response
 
 log = logging.getLogger("kestrel.app")
 
+VERSION = "0.1.0"
+
 # Swagger UI's script, styles and icon (public, like /docs).
 DOCS_ASSETS_URL = "/docs/static"
 # Scoring routes dispatched past FastAPI's router (see service/fastpath.py).
@@ -72,15 +75,16 @@ def create_app(
 ) -> FastAPI:
     """The Kestrel application for ``settings`` (environment by default)."""
     parts = Components.build(settings or Settings(), registry)
+    admission = _admission(parts)
     # /docs: Swagger UI with its scripts and styles served from the installed package, so it
     # renders on a machine without internet access. No /redoc: ReDoc loads its logo from a CDN.
     app = FastAPIOffline(
         static_url=DOCS_ASSETS_URL,
         redoc_url=None,
         title="Kestrel",
-        version="0.1.0",
+        version=VERSION,
         summary="Serve scikit-learn, LightGBM and XGBoost models compiled to XLA.",
-        lifespan=_lifespan(parts),
+        lifespan=_lifespan(parts, admission, VERSION),
         # Off unless asked for: FastAPI looks up the global OpenTelemetry providers on every
         # request (a visible share of a single-row score's CPU) even when none is configured.
         telemetry=(
@@ -97,16 +101,26 @@ def create_app(
     add_v2_routes(app, parts.manager, parts.settings)
     fastpath.install(app, SCORING_PATHS)
     openapi.install(app)
-    app.state.admission = _admission(parts)
-    app.add_middleware(ServiceMiddleware, admission=app.state.admission)
+    app.state.admission = admission
+    app.add_middleware(ServiceMiddleware, admission=admission)
     return app
 
 
 def _lifespan(
-    parts: Components,
+    parts: Components, admission: Admission, version: str
 ) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        grpc_server = None
+        # Bound first: a taken port stops the start. Imported only when on (grpcio, protobuf).
+        if parts.settings.grpc_port is not None:
+            from service.grpc_v2 import GrpcServer, InferenceServicer
+
+            servicer = InferenceServicer(
+                parts.manager, parts.settings, admission, parts.is_ready, version
+            )
+            grpc_server = GrpcServer(servicer, parts.settings)
+            await grpc_server.start()
         prepared = parts.manager.loader.prepare_runtime()
         tasks = [asyncio.create_task(_start(parts, prepared))]
         if parts.settings.poll_interval_s > 0:
@@ -116,6 +130,8 @@ def _lifespan(
         finally:
             for task in tasks:
                 task.cancel()
+            if grpc_server is not None:  # its calls end before the batchers close
+                await grpc_server.stop()
             await parts.manager.close()
 
     return lifespan

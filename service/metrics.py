@@ -1,7 +1,9 @@
 """Prometheus metrics on an injected registry; every duration in seconds; bounded labels only.
 
 Labels are limited to model, version, route (the route template, never the raw path), status,
-reason, cause, phase and state, so a hostile client cannot grow the series count. ``version`` is
+reason, cause, phase and state, so a hostile client cannot grow the series count. gRPC calls are counted in the same request
+families, with the route label ``grpc:`` and the equivalent HTTP route's template and the status
+label the HTTP status of the same answer (service/grpc_calls.py). ``version`` is
 on the families measured after a request is bound to a model version (codec, queue, compute,
 batch), so a rollout can be compared old against new; versions are created only by an admin.
 The registry also carries prometheus_client's ``process_*`` collector (CPU, memory, fds).

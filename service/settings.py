@@ -26,6 +26,13 @@ class Settings(BaseSettings):
     # -- network -------------------------------------------------------------------------------
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
+    grpc_port: int | None = Field(
+        8081,
+        ge=1,
+        le=65535,
+        description="port of the Open Inference Protocol v2 over gRPC, on the same host, in the "
+        "same process (0 or empty: no gRPC server)",
+    )
 
     # -- storage -------------------------------------------------------------------------------
     store_url: str = Field(".kestrel/store", description="fsspec URL or path of the model store")
@@ -194,6 +201,12 @@ class Settings(BaseSettings):
     @classmethod
     def _empty_disables(cls, value: object) -> object:
         return None if value in ("", None) else value
+
+    @field_validator("grpc_port", mode="before")
+    @classmethod
+    def _zero_disables(cls, value: object) -> object:
+        # Not "any free port" as 0 is for `port`: a client could not learn which one it was.
+        return None if value in ("", None, 0, "0") else value
 
     @field_validator("host_step_modules", mode="before")
     @classmethod

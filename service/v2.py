@@ -8,13 +8,13 @@ model (:attr:`compiler.CompiledModel.output_specs`). In JSON tensors, a float's 
 the bare tokens ``NaN``, ``Infinity`` and ``-Infinity``, both ways, as tritonclient and Triton
 write them. A request's ``parameters.timeout`` (microseconds, as tritonclient sends it) is its
 deadline. The model-repository extension's index / load / unload act on this process's
-loaded versions; the store is changed only by the management API.
+loaded versions; the store is changed only by the management API. What is not JSON or HTTP
+(tensors, metadata, readiness, one inference) is :mod:`service.oip`'s, shared with gRPC.
 """
 
 from __future__ import annotations
 
 import math
-import struct
 import time
 from typing import Any
 
@@ -23,48 +23,15 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from compiler import InputSchema
-from compiler.schema import describe_mismatch
-from service import codecs, openapi
-from service.errors import BadRequest, InvalidInput, NotFound
+from service import codecs, oip, openapi
+from service.errors import BadRequest
 from service.models import ModelManager
 from service.parity import side_by_side
 from service.settings import Settings
-from service.versions import ModelVersion, State
+from service.versions import ModelVersion
 from service.web import ROUTE_KEY_HEADER, json_response, query_flag, read_body
 
 HEADER_LENGTH = "inference-header-content-length"
-EMPTY_BATCH = "the input tensors hold an empty batch: send at least one row"
-
-# OIP datatype ↔ numpy dtype (BYTES is variable-length: handled apart).
-_DTYPES: dict[str, np.dtype[Any]] = {
-    "BOOL": np.dtype(np.bool_),
-    "UINT8": np.dtype(np.uint8),
-    "UINT16": np.dtype(np.uint16),
-    "UINT32": np.dtype(np.uint32),
-    "UINT64": np.dtype(np.uint64),
-    "INT8": np.dtype(np.int8),
-    "INT16": np.dtype(np.int16),
-    "INT32": np.dtype(np.int32),
-    "INT64": np.dtype(np.int64),
-    "FP16": np.dtype(np.float16),
-    "FP32": np.dtype(np.float32),
-    "FP64": np.dtype(np.float64),
-}
-_NAMES = {v: k for k, v in _DTYPES.items()}
-
-
-def datatype_of(array: np.ndarray) -> str:
-    return datatype_for(array.dtype)
-
-
-def datatype_for(dtype: np.dtype[Any]) -> str:
-    if dtype.kind in "OUS":
-        return "BYTES"
-    try:
-        return _NAMES[dtype]
-    except KeyError:
-        raise BadRequest(f"cannot express dtype {dtype} in the v2 protocol") from None
 
 
 # -- JSON as tritonclient writes and reads it ----------------------------------------------------
@@ -97,117 +64,14 @@ def _json_floats(values: np.ndarray) -> Any:
 
 # -- tensors in ----------------------------------------------------------------------------------
 def _tensor(spec: dict[str, Any], binary: bytes | None) -> np.ndarray:
-    name = spec.get("name")
-    shape, datatype = spec.get("shape"), spec.get("datatype")
-    if not isinstance(name, str):
-        raise BadRequest("every input needs a string 'name'")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-        raise BadRequest(f"input {name!r}: 'shape' must be a list of non-negative integers")
-    if datatype != "BYTES" and datatype not in _DTYPES:
-        raise BadRequest(f"input {name!r}: unknown datatype {datatype!r}")
-    count = math.prod(shape)  # Python ints: a hostile shape cannot overflow int64
+    name, shape, datatype = spec.get("name"), spec.get("shape"), spec.get("datatype")
     if binary is not None:
-        if datatype == "BYTES":
-            values = _unpack_bytes(binary, name)
-            array = np.asarray(values, dtype=object)
-        else:
-            dtype = _DTYPES[datatype]
-            if len(binary) != count * dtype.itemsize:
-                raise BadRequest(
-                    f"input {name!r}: {len(binary)} bytes of binary data, expected "
-                    f"{count * dtype.itemsize} for shape {shape} {datatype}"
-                )
-            array = np.frombuffer(binary, dtype=dtype)
-    else:
-        data = spec.get("data")
-        if data is None:
-            raise BadRequest(f"input {name!r} has neither 'data' nor binary data")
-        flat = np.asarray(data, dtype=object).ravel()
-        if datatype == "BYTES":
-            array = np.asarray([_text(v, name) for v in flat.tolist()], dtype=object)
-        else:
-            try:
-                array = flat.astype(_DTYPES[datatype])
-            except (TypeError, ValueError, OverflowError):  # e.g. 2**70 as INT64
-                raise BadRequest(f"input {name!r}: 'data' is not all {datatype}") from None
-    if array.size != count:
-        raise BadRequest(f"input {name!r}: {array.size} values for shape {shape}")
-    return array.reshape(shape)
-
-
-def _text(value: Any, name: str) -> Any:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    raise BadRequest(f"input {name!r}: BYTES data must be strings")
-
-
-def _unpack_bytes(buffer: bytes, name: str) -> list[str]:
-    out, offset = [], 0
-    while offset < len(buffer):
-        if offset + 4 > len(buffer):
-            raise BadRequest(f"input {name!r}: truncated BYTES element length")
-        (length,) = struct.unpack_from("<I", buffer, offset)
-        offset += 4
-        if offset + length > len(buffer):
-            raise BadRequest(f"input {name!r}: BYTES element longer than the data")
-        out.append(buffer[offset : offset + length].decode("utf-8", "replace"))
-        offset += length
-    return out
-
-
-def _pack_bytes(array: np.ndarray) -> bytes:
-    parts = []
-    for value in array.ravel().tolist():
-        data = value if isinstance(value, bytes) else str(value).encode()
-        parts.append(struct.pack("<I", len(data)) + data)
-    return b"".join(parts)
-
-
-def rows_from_inputs(inputs: dict[str, np.ndarray], mv: ModelVersion) -> Any:
-    """v2 input tensors → rows the model's schema accepts (a matrix, or columns by name, then
-    any tensors naming no column, which the model does not read)."""
-    assert mv.model is not None
-    schema_columns = mv.model.schema.columns
-    if len(inputs) == 1:  # the common request: one [rows, columns] tensor (no name list built)
-        (array,) = inputs.values()
-        if (
-            array.ndim == 2
-            and array.shape[1] == len(schema_columns)
-            and not (len(schema_columns) == 1 and next(iter(inputs)) == schema_columns[0].name)
-        ):
-            if not len(array):
-                raise BadRequest(EMPTY_BATCH)
-            return array
-    names = [c.name for c in schema_columns]
-    missing = [n for n in names if n not in inputs]
-    if missing:
-        known = set(names)
-        unknown = [k for k in inputs if k not in known]
-        raise InvalidInput(
-            f"inputs {sorted(inputs)[:10]} do not match the model: send one [rows, {len(names)}] "
-            f"tensor or one tensor per column; {describe_mismatch(missing, unknown)}"
-        )
-    columns: dict[str, np.ndarray] = {}
-    lengths = set()
-    for n in names:
-        a = inputs[n]
-        if a.ndim == 2 and a.shape[1] == 1:
-            a = a[:, 0]
-        if a.ndim != 1:
-            raise InvalidInput(
-                f"input {n!r}: expected shape [rows] or [rows, 1], got {list(a.shape)}"
-            )
-        columns[n] = a
-        lengths.add(len(a))
-    if len(lengths) > 1:
-        raise InvalidInput(f"column inputs have different lengths: {sorted(lengths)}")
-    if lengths == {0}:
-        raise BadRequest(EMPTY_BATCH)
-    if len(inputs) > len(names):  # tensors naming no column: passed on, for scoring to report
-        columns.update((k, a) for k, a in inputs.items() if k not in columns)
-    return columns
+        return oip.tensor_from_bytes(name, shape, datatype, binary)  # type: ignore[arg-type]
+    oip.check_tensor(name, shape, datatype)
+    data = spec.get("data")
+    if data is None:
+        raise BadRequest(f"input {name!r} has neither 'data' nor binary data")
+    return oip.tensor_from_values(name, shape, datatype, data)
 
 
 _HEADER_LENGTH = HEADER_LENGTH.encode()
@@ -277,23 +141,17 @@ def _object(holder: dict[str, Any], key: str, where: str) -> dict[str, Any]:
 
 
 def parse_deadline(doc: dict[str, Any]) -> float | None:
-    timeout = _object(doc, "parameters", "the request").get("timeout")
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise BadRequest("'parameters.timeout' must be a positive number of microseconds")
-    return time.monotonic() + timeout / 1e6
+    return oip.deadline_after(_object(doc, "parameters", "the request").get("timeout"))
 
 
-def _outputs_requested(
-    doc: dict[str, Any], mv: ModelVersion
-) -> tuple[tuple[str, ...], set[str], bool]:
-    assert mv.model is not None
+def _outputs_requested(doc: dict[str, Any]) -> tuple[tuple[str, ...] | None, set[str], bool]:
+    """The outputs asked for (None: every one), those asked for as binary data, and whether
+    every output is binary unless it says otherwise (``parameters.binary_data_output``)."""
     params = _object(doc, "parameters", "the request")
     binary_all = bool(params.get("binary_data_output", False))
     requested = doc.get("outputs")
     if requested is None:
-        return tuple(mv.model.methods), set(mv.model.methods) if binary_all else set(), binary_all
+        return None, set(), binary_all
     if not isinstance(requested, list):
         raise BadRequest("'outputs' must be a list")
     names, binary = [], set()
@@ -312,12 +170,10 @@ def render_outputs(
     tensors, blobs = [], []
     for name, value in outputs.items():
         array = side_by_side(value)  # a per-target list becomes one [rows, Σk] tensor
-        datatype = datatype_of(array)
+        datatype = oip.datatype_of(array)
         tensor: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
         if name in binary:
-            data = (
-                _pack_bytes(array) if datatype == "BYTES" else np.ascontiguousarray(array).tobytes()
-            )
+            data = oip.raw_bytes(array, datatype)
             tensor["parameters"] = {"binary_data_size": len(data)}
             blobs.append(data)
         elif datatype == "BYTES":
@@ -340,66 +196,12 @@ def render_outputs(
     )
 
 
-def metadata(mv: ModelVersion, versions: list[str]) -> dict[str, Any]:
-    if mv.model is None:
-        return {
-            "name": mv.name,
-            "versions": versions,
-            "platform": "kestrel",
-            "inputs": [],
-            "outputs": [],
-        }
-    model = mv.model
-    schema = model.schema
-    numeric = datatype_for(np.dtype(model.traced.input_dtype))  # what the model reads
-    if schema.vocabularies or schema.named:
-        inputs = [
-            {"name": c.name, "datatype": _column_datatype(schema, j, numeric), "shape": [-1]}
-            for j, c in enumerate(schema.columns)
-        ]
-    else:
-        inputs = [{"name": "input", "datatype": numeric, "shape": [-1, len(schema.columns)]}]
-    # As render_outputs writes the answer: a list-valued head side by side, as one tensor.
-    outputs = [
-        {"name": method, "datatype": datatype_for(spec.dtype), "shape": [-1, *spec.shape]}
-        for method, spec in model.output_specs.items()
-    ]
-    return {
-        "name": mv.name,
-        "versions": versions,
-        "platform": "kestrel",
-        "inputs": inputs,
-        "outputs": outputs,
-    }
-
-
-def _column_datatype(schema: InputSchema, column: int, numeric: str) -> str:
-    """The datatype of one column's tensor: a category column's is its categories' (strings:
-    BYTES; numbers as such), any other's the model's numeric input type."""
-    vocabulary = schema.vocabularies.get(column)
-    if vocabulary is None:
-        return numeric
-    present = [c for c in vocabulary.categories if not _is_missing(c)]
-    kind = np.asarray(present).dtype.kind if present else "U"
-    return {"b": "BOOL", "i": "INT64", "u": "INT64", "f": "FP64"}.get(kind, "BYTES")
-
-
-def _is_missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
 def add_v2_routes(app: FastAPI, manager: ModelManager, settings: Settings) -> None:
     @app.get(
         "/v2", tags=["v2"], summary="Server metadata", responses=openapi.ok(openapi.ServerMetadata)
     )
     async def server_metadata() -> Response:
-        return json_response(
-            {
-                "name": "kestrel",
-                "version": app.version,
-                "extensions": ["binary_tensor_data", "model_repository"],
-            }
-        )
+        return json_response(oip.server_metadata(app.version))
 
     @app.get(
         "/v2/health/live", tags=["v2"], summary="Server live", responses=openapi.ok(openapi.Live)
@@ -421,47 +223,37 @@ def add_v2_routes(app: FastAPI, manager: ModelManager, settings: Settings) -> No
         return json_response({"ready": ok}, 200 if ok else 503)
 
     async def model_metadata(request: Request, name: str, version: str | None) -> Response:
-        mv = manager.answering(name, version)
-        if mv.state is State.FAILED:  # as infer answers (a version that failed has no inputs)
-            raise manager.not_serving(mv)
-        versions = [v.version for v in manager.versions(name)]
-        return json_response(metadata(mv, versions))
+        return json_response(oip.model_metadata(manager, name, version))
 
     async def model_ready(request: Request, name: str, version: str | None) -> Response:
-        try:
-            mv = manager.answering(name, version)
-        except NotFound:
-            return json_response({"name": name, "ready": False}, 404)
-        ok = mv.state is State.READY
-        status = 200 if ok else manager.not_serving(mv).status  # FAILED: 409, as infer answers
-        return json_response({"name": name, "ready": ok}, status)
+        status = oip.readiness(manager, name, version)
+        return json_response({"name": name, "ready": status == 200}, status)
 
     async def infer(request: Request, name: str, version: str | None) -> Response:
         body = await read_body(request)
         doc, tail = split_body(body, _header(request.scope, _HEADER_LENGTH))
-        deadline = parse_deadline(doc)
-        # One version for the whole request where traffic is split (the inputs are read by its
-        # schema).
-        version = manager.route(name, version, _header(request.scope, _ROUTE_KEY))
-        mv = manager.serving(name, version)
-        inputs = parse_inputs(doc, tail)
-        names, binary, _ = _outputs_requested(doc, mv)
-        rows = rows_from_inputs(inputs, mv)
+        names, binary, binary_all = _outputs_requested(doc)
         strict = settings.strict_columns
         if request.scope["query_string"]:
             strict = query_flag(request.query_params, "strict_columns", strict)
-        result = await manager.predict(
-            name, version, rows, outputs=names, deadline=deadline, strict_columns=strict
+        result = await oip.infer(
+            manager,
+            name,
+            version,
+            lambda: parse_inputs(doc, tail),
+            outputs=names,
+            deadline=parse_deadline(doc),
+            strict_columns=strict,
+            route_key=_header(request.scope, _ROUTE_KEY),
         )
         t0 = time.perf_counter()
+        if names is None and binary_all:
+            binary = set(result.outputs)
         response = render_outputs(doc, result.version, result.outputs, binary)
         if result.ignored:
             header = codecs.ignored_columns_header(result.ignored)
             response.headers[codecs.IGNORED_COLUMNS_HEADER] = header
-        metrics = manager.metrics
-        metrics.child(metrics.codec_seconds, name, result.version.version, "encode").observe(
-            result.decode_s + time.perf_counter() - t0
-        )
+        oip.record_encode(manager, result, t0)
         return response
 
     metadata_doc: dict[str, Any] = {
@@ -522,14 +314,7 @@ def add_v2_routes(app: FastAPI, manager: ModelManager, settings: Settings) -> No
         },
     )
     async def index(request: Request) -> Response:
-        entries = []
-        for name in manager.names():
-            for v in manager.versions(name):
-                entry = {"name": name, "version": v.version, "state": v.state.value}
-                if v.error:
-                    entry["reason"] = v.error
-                entries.append(entry)
-        return json_response(entries)
+        return json_response(oip.repository_index(manager))
 
     @app.post(
         "/v2/repository/models/{name}/load",
@@ -541,11 +326,7 @@ def add_v2_routes(app: FastAPI, manager: ModelManager, settings: Settings) -> No
         },
     )
     async def load(request: Request, name: str) -> Response:
-        await manager.sync(force=True)
-        mv = manager.lookup(name)
-        await manager.wait(mv, settings.register_wait_s)
-        if mv.state is not State.READY:
-            raise InvalidInput(f"model {name!r} is {mv.state.value}: {mv.error or ''}")
+        await oip.load(manager, settings, name)
         return json_response({})
 
     @app.post(

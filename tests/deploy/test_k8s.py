@@ -280,12 +280,15 @@ def test_ports_are_consistent(rendered: dict[str, list[dict[str, Any]]]) -> None
     docs = rendered["base"]
     container = server_container(docs)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"http": int(environment(container, docs)["KESTREL_PORT"])}
+    env = environment(container, docs)
+    assert ports == {"http": int(env["KESTREL_PORT"]), "grpc": int(env["KESTREL_GRPC_PORT"])}
     assert ports["http"] == Settings.model_fields["port"].default
+    assert ports["grpc"] == Settings.model_fields["grpc_port"].default
     service = only(docs, "Service")
-    (service_port,) = service["spec"]["ports"]
+    service_port, grpc_port = service["spec"]["ports"]
     assert (service_port["name"], service_port["port"]) == ("http", 8000)
-    assert service_port["targetPort"] in ports
+    assert (grpc_port["name"], grpc_port["port"]) == ("grpc", 8081)
+    assert {service_port["targetPort"], grpc_port["targetPort"]} == set(ports)
     for probe in probes(container).values():
         assert probe["httpGet"]["port"] in ports
     (endpoint,) = only(docs, "ServiceMonitor")["spec"]["endpoints"]

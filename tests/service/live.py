@@ -27,10 +27,16 @@ def free_port() -> int:
 class LiveServer:
     """``python -m service.cli serve`` on a free port with its own store and compile cache."""
 
-    def __init__(self, workdir: Path, *, port: int | None = None, **env: str) -> None:
+    def __init__(
+        self, workdir: Path, *, port: int | None = None, grpc: bool = False, **env: str
+    ) -> None:
         self.workdir = workdir
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        # gRPC only where a test asks for it: servers running side by side would all take the
+        # default port.
+        self.grpc_port = free_port() if grpc else None
+        self.grpc_address = f"127.0.0.1:{self.grpc_port}" if grpc else None
         inherited = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
         self.env = {
             **inherited,
@@ -40,6 +46,7 @@ class LiveServer:
             "KESTREL_POLL_INTERVAL_S": "0",
             "KESTREL_LOG_LEVEL": "info",
             "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false",
+            "KESTREL_GRPC_PORT": str(self.grpc_port or 0),
             **env,
         }
         self.proc: subprocess.Popen[bytes] | None = None

@@ -1,4 +1,5 @@
-"""The README's curl example, run as written against ``kestrel serve --demo`` (what make run starts)."""
+"""The README's examples that talk to a server, the curl line and the gRPC client, run as written
+against ``kestrel serve --demo`` (what make run starts)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import orjson
 
 from tests.service.live import ROOT, LiveServer
+from tests.test_readme import SERVER_EXAMPLE, python_blocks
 
 
 def readme_curl() -> str:
@@ -25,9 +27,9 @@ def test_make_run_uses_the_demo_server() -> None:
     assert "kestrel serve --demo" in makefile
 
 
-def test_readme_curl_works_as_written(tmp_path: Path) -> None:
+def test_readme_server_examples_work_as_written(tmp_path: Path) -> None:
     assert shutil.which("curl"), "the README's example needs curl on the PATH"
-    live = LiveServer(tmp_path, KESTREL_DEMO_MODEL="true")
+    live = LiveServer(tmp_path, grpc=True, KESTREL_DEMO_MODEL="true")
     live.start()
     try:
         for _ in range(600):  # the demo registers after recovery; READY within seconds
@@ -42,5 +44,9 @@ def test_readme_curl_works_as_written(tmp_path: Path) -> None:
         answer = orjson.loads(done.stdout)
         assert answer["model"] == "iris" and answer["outputs"]["predict"] == ["setosa"]
         assert abs(sum(answer["outputs"]["predict_proba"][0]) - 1) < 1e-5
+        # The gRPC example, on this server's gRPC port.
+        (example,) = [b for b in python_blocks() if SERVER_EXAMPLE in b]
+        assert live.grpc_address is not None
+        exec(compile(example.replace(SERVER_EXAMPLE, live.grpc_address), "README.md", "exec"), {})
     finally:
         live.stop()
