@@ -65,9 +65,11 @@ def thresholds_in(dtype: str, t: np.ndarray) -> np.ndarray:
 
 def compare_dtype(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> str:
     """The precision ``ensemble``'s splits compare in (see :func:`split_columns`): float32 for
-    sources comparing ``float32(x)``; float64 where the graph is float64 or the features are
-    (raw float64 columns, :mod:`.folding`)."""
-    if ensemble.float32_inputs:
+    sources comparing ``float32(x)``, and for float32 features (split codes, say) in a float64
+    step too: for float32 ``v``, ``v <= t`` iff ``v <= floor32(t)``, so comparing in float32
+    decides as float64 does at half the width; float64 where the features are float64 (raw
+    float64 columns, :mod:`.folding`), or the graph is."""
+    if ensemble.float32_inputs or x.dtype == "float32":
         return "float32"
     return "float64" if "float64" in (ctx.dtype, x.dtype) else "float32"
 

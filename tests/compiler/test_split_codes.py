@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import lightgbm as lgb
 import numpy as np
 import pandas as pd
 import pytest
@@ -12,6 +13,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
 import compiler
+import lazy as lz
 
 
 def _frame(n: int, seed: int) -> pd.DataFrame:
@@ -84,6 +86,36 @@ def test_split_codes_decide_as_the_source(model: object, backend: str) -> None:
     numeric = [c for c in probe.columns if c != "plan"]
     as32 = probe.astype({c: np.float32 for c in numeric})
     assert (compiled.predict(as32) == pipe.predict(as32)).all()
+
+
+@pytest.mark.parametrize("backend", ["numpy", "jax"])
+def test_split_codes_compare_in_float32_inside_a_float64_step(backend: str) -> None:
+    """LightGBM's step is float64 (its leaf sums are), but its splits read float32 codes: they
+    compare in float32 against each threshold's float32 floor, which decides every float32 value
+    as float64 does, with no cast of the codes back to float64."""
+    df = _frame(4000, 0).drop(columns="plan")
+    v = df["v"].fillna(0.0)
+    y = ((df["count"].fillna(3) > 2) ^ (np.sin(v * 3) > 0)).to_numpy(int)
+    model = lgb.LGBMClassifier(n_estimators=30, verbose=-1, random_state=0).fit(df, y)
+    options = compiler.CompileOptions(split_codes=True, backend=backend, host_rows=0)
+    compiled = compiler.compile(model, options=options)
+    assert compiled.report.promoted  # the step computes in float64
+    nodes = [
+        node
+        for stage in compiled.traced.program.stages
+        if getattr(stage, "graph", None) is not None
+        for node in stage.graph.order
+    ]
+    widened = [n for n in nodes if n.op is lz.Op.CAST and n.inputs[0].dtype == "float32"]
+    assert not widened  # the codes reach the splits as they are
+    for forest in (n for n in nodes if n.op is lz.Op.FOREST_SUM):  # the host's form
+        features, _, thresholds, *_, values = (i.dtype for i in forest.inputs)
+        assert (features, thresholds, values) == ("float32", "float32", "float64")
+    probe = _probes(df)
+    assert (compiled.predict(probe) == model.predict(probe)).all()
+    np.testing.assert_allclose(
+        compiled.predict_proba(probe), model.predict_proba(probe), atol=1e-12
+    )
 
 
 def test_a_column_whose_thresholds_share_a_float32_step_stays_float64() -> None:
