@@ -64,11 +64,12 @@ def segment(
     """Path → why, for every step of the float64 segment of ``requests`` (``outputs``: each
     step's output nodes in the trace that made the requests)."""
     requests = list(requests)
-    why: dict[str, str] = {}
-    for request in requests:  # a step's own reasons first, each once
-        reasons = why.setdefault(request.path, request.reason)
-        if request.reason not in reasons.split("; "):
-            why[request.path] = f"{reasons}; {request.reason}"
+    own: dict[str, list[str]] = {}
+    for request in requests:  # a step's own reasons first, each once (a reason may hold "; ")
+        reasons = own.setdefault(request.path, [])
+        if request.reason not in reasons:
+            reasons.append(request.reason)
+    why = {path: "; ".join(reasons) for path, reasons in own.items()}
     for request in requests:
         if not request.inputs:
             continue

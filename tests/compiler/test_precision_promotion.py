@@ -189,6 +189,7 @@ def test_the_report_names_each_promoted_step_and_why(case: PrecisionCase) -> Non
     assert promoted.keys() == case.promoted.keys()
     for path, why in case.promoted.items():
         assert promoted[path].startswith(why), (path, promoted[path])
+        assert promoted[path].count(why) == 1, (path, promoted[path])  # each reason once
     assert model.report.as_dict()["promoted"] == promoted
     assert declares_float64(model.traced.program)
     # float64 inputs reach a segment that reads them unrounded; a tree ensemble's leaf sums
