@@ -191,7 +191,8 @@ class Admission:
         model = self.model_label(_model_in_path(path, query))
         if err.reason is not None:
             metrics.child(metrics.rejections, model, err.reason).inc()
-        metrics.child(metrics.requests, model, REFUSED_ROUTE, str(err.status)).inc()
+        # Refused before routing: no version answered it.
+        metrics.child(metrics.requests, model, "", REFUSED_ROUTE, str(err.status)).inc()
 
 
 def error_response(

@@ -8,7 +8,8 @@ is ``POST /v2/models/iris/infer``), so :class:`service.admission.Admission` and
 route, the same 429 ``overloaded``, the same in-flight counts. Metrics count it with the route
 label ``grpc:`` followed by that route's template (``grpc:/v2/models/{name}/infer``: existing
 panels and rules that select ``…/infer`` include it) and the status label the HTTP status the
-same answer has over HTTP (so the 4xx / 5xx panels and alerts count gRPC errors too).
+same answer has over HTTP (so the 4xx / 5xx panels and alerts count gRPC errors too), and a
+scoring call the version label of the version that answered it, as over HTTP.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import grpc
 
 from service.admission import Admission
 from service.errors import ServiceError, http_error_for
+from service.metrics import ServedVersion, served_version
 from service.middleware import CLIENT_CLOSED_REQUEST, access_log, log_access, request_id_var
 
 T = TypeVar("T")
@@ -108,8 +110,11 @@ class Calls:
             kind, load = verdict.kind, admission.scoring
             in_flight = metrics.in_flight_count(kind)
             in_flight.n += 1
+            served = None  # the version a scoring call reached, for its metrics
             if kind == "scoring":
                 load.enter(verdict.model)
+                served = ServedVersion()
+                served_token = served_version.set(served)
             status, error = 500, None
             try:
                 answer = await handler()
@@ -122,9 +127,10 @@ class Calls:
                 status = error.status
             finally:
                 in_flight.n -= 1
-                if kind == "scoring":
+                if served is not None:
                     load.leave(verdict.model)
-                self._count(call, status, time.perf_counter() - start)
+                    served_version.reset(served_token)
+                self._count(call, served, status, time.perf_counter() - start)
             if error is not None:
                 await _abort(context, error, trailing)
             context.set_trailing_metadata(tuple(trailing))
@@ -144,13 +150,13 @@ class Calls:
             metrics.child(metrics.rejections, model, mapped.reason).inc()
         return mapped
 
-    def _count(self, call: Call, status: int, elapsed: float) -> None:
-        metrics = self.admission.metrics
-        model = self.admission.model_label(call.name)
+    def _count(self, call: Call, served: ServedVersion | None, status: int, elapsed: float) -> None:
+        if served is not None and served.version:
+            model, version = served.model, served.version
+        else:
+            model, version = self.admission.model_label(call.name), ""
         route = ROUTE_PREFIX + call.template
-        requests, seconds = metrics.request_children(model, route, status)
-        requests.inc()
-        seconds.observe(elapsed)
+        self.admission.metrics.observe_request(model, version, route, status, elapsed)
         if access_log.isEnabledFor(logging.INFO):
             log_access("GRPC", call.path, status, route, model, elapsed)
 

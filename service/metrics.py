@@ -6,12 +6,18 @@ families, with the route label ``grpc:`` and the equivalent HTTP route's templat
 label the HTTP status of the same answer (service/grpc_calls.py). ``version`` is
 on the families measured after a request is bound to a model version (codec, queue, compute,
 batch), so a rollout can be compared old against new; versions are created only by an admin.
+The request families carry it too: the version that answered a scoring request (where a traffic
+split, an alias or the request's own version sent it, :class:`ServedVersion`), and ``""`` for
+every request that reached none (an unknown model, a refusal, a body refused before routing, a
+route that does not score), so a canary's errors and latency can be told from its stable
+version's.
 The registry also carries prometheus_client's ``process_*`` collector (CPU, memory, fds).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -68,14 +74,14 @@ class Metrics:
         r = self.registry
         self.requests = Counter(
             "kestrel_requests",
-            "HTTP requests by model, route template and status code.",
-            ("model", "route", "status"),
+            "HTTP requests by model, the version that answered, route template and status code.",
+            ("model", "version", "route", "status"),
             registry=r,
         )
         self.request_seconds = Histogram(
             "kestrel_request_duration_seconds",
             "Time from receiving a request to its response, in the server.",
-            ("model", "route"),
+            ("model", "version", "route"),
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
@@ -277,7 +283,7 @@ class Metrics:
         with contextlib.suppress(ValueError):
             ProcessCollector(registry=r)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
-        self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._request_children: dict[tuple[str, str, str, int], tuple[Any, Any]] = {}
         self._in_flight_counts: dict[str, InFlightCount] = {}
 
     def child(self, family: MetricWrapperBase, *labels: str) -> Any:
@@ -290,17 +296,21 @@ class Metrics:
             child = self._children[key] = family.labels(*labels)
         return child
 
-    def request_children(self, model: str, route: str, status: int) -> tuple[Any, Any]:
-        """The ``requests`` and ``request_seconds`` children of one answered request, in one
-        lookup (the middleware needs both on every request)."""
-        key = (model, route, status)
+    def observe_request(
+        self, model: str, version: str, route: str, status: int, elapsed: float
+    ) -> None:
+        """Count one answered request and its duration (``version``: the one that answered it,
+        ``""`` if none did). The children of both families are looked up once per label set:
+        the HTTP middleware and the gRPC calls record every request here."""
+        key = (model, version, route, status)
         pair = self._request_children.get(key)
         if pair is None:
             pair = self._request_children[key] = (
-                self.requests.labels(model, route, str(status)),
-                self.request_seconds.labels(model, route),
+                self.requests.labels(model, version, route, str(status)),
+                self.request_seconds.labels(model, version, route),
             )
-        return pair
+        pair[0].inc()
+        pair[1].observe(elapsed)
 
     def in_flight_count(self, kind: str) -> InFlightCount:
         """The count behind ``kestrel_in_flight_requests{kind}``: the middleware adds and removes
@@ -330,6 +340,32 @@ class Metrics:
     ) -> None:
         """``kestrel_models{state}``: how many model versions are in each state, now."""
         self.registry.register(_StateCollector(states, tuple(known)))
+
+
+class ServedVersion:
+    """The model version a scoring request reached, for its request metrics' labels.
+
+    Whatever observes a scoring request's metrics (the HTTP middleware, the gRPC calls) sets a
+    fresh one in :data:`served_version` for the request's duration; the scoring path records the
+    version it resolved (:meth:`service.versions.Versions.serving`: after the traffic split, the
+    alias, the request's own version) as it resolves it, so errors after routing (a 422 from the
+    version's schema, a failed batch, a deadline) count against it too. ``model`` is that
+    version's model: a request naming it ``name@alias`` or by ``?model=`` is counted under it,
+    not under the raw name. A holder, not the value: an ASGI layer that runs the application in
+    a task of its own gives it a copy of the context, where a value set would be lost, but the
+    copy holds the same holder. Both are left ``""`` where no version was reached."""
+
+    __slots__ = ("model", "version")
+
+    def __init__(self) -> None:
+        self.model = ""
+        self.version = ""
+
+
+#: The scoring request in progress in this context (None outside one: nothing is recorded).
+served_version: contextvars.ContextVar[ServedVersion | None] = contextvars.ContextVar(
+    "kestrel_served_version", default=None
+)
 
 
 class InFlightCount:

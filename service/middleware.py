@@ -18,6 +18,7 @@ from starlette.routing import Mount
 
 from service.admission import Admission, error_response
 from service.errors import PayloadTooLarge, ServiceError
+from service.metrics import ServedVersion, served_version
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -33,7 +34,8 @@ log = logging.getLogger(__name__)
 
 
 class ServiceMiddleware:
-    """Request ids (``X-Request-ID`` in and out), body size limits, in-flight and duration metrics.
+    """Request ids (``X-Request-ID`` in and out), body size limits, in-flight and duration metrics
+    (a scoring request's with the version that answered it: :class:`service.metrics.ServedVersion`).
 
     What is decided before routing (:class:`service.admission.Admission`: the request id, the
     route's body limit, 413 by ``Content-Length``, 401 / 403 by token, 429 when scoring is
@@ -117,8 +119,11 @@ class ServiceMiddleware:
         metrics = admission.metrics
         in_flight = metrics.in_flight_count(kind)
         in_flight.n += 1
+        served = None  # the version a scoring request reached, for its metrics
         if scoring:
             load.enter(verdict.model)
+            served = ServedVersion()
+            served_token = served_version.set(served)
         try:
             await self.app(scope, limited_receive, send_with_id)
         except ClientDisconnect:
@@ -136,16 +141,19 @@ class ServiceMiddleware:
         finally:
             in_flight.n -= 1
             end = time.perf_counter()
-            if scoring:
+            if served is not None:
                 load.leave(verdict.model)
+                served_version.reset(served_token)
             route = _route(scope)
-            model = admission.model_label(scope.get("path_params", {}).get("name"))
+            if served is not None and served.version:
+                model, version = served.model, served.version
+            else:
+                model = admission.model_label(scope.get("path_params", {}).get("name"))
+                version = ""
             if cut_off:
                 metrics.child(metrics.rejections, model, PayloadTooLarge.reason).inc()
             elapsed = end - start
-            requests, seconds = metrics.request_children(model, route, status)
-            requests.inc()
-            seconds.observe(elapsed)
+            metrics.observe_request(model, version, route, status, elapsed)
             if access_log.isEnabledFor(logging.INFO):
                 log_access(scope["method"], scope["path"], status, route, model, elapsed)
             request_id_var.reset(token)

@@ -33,6 +33,7 @@ from service.errors import (
     VersionRetired,
     some_of,
 )
+from service.metrics import served_version
 from service.queue_delay import QueueDelay
 from service.shadow_rule import Shadow
 from service.store import CurrentChange, VersionRecord
@@ -329,9 +330,15 @@ class Versions:
     def serving(self, name: str, version: str | None = None) -> ModelVersion:
         """A READY version that can score now; else NotFound, VersionFailed (it FAILED: retrying
         cannot help), VersionRetired (asked for by number, replaced) or NotReady (loading,
-        shutting down, or retried by a replica sync)."""
+        shutting down, or retried by a replica sync).
+
+        The version returned is the one the scoring request in progress reached: its request
+        metrics carry it (:class:`service.metrics.ServedVersion`)."""
         mv = self.answering(name, version)
         if mv.state is State.READY and mv.batcher is not None:
+            served = served_version.get()
+            if served is not None:
+                served.model, served.version = mv.name, mv.version
             return mv
         name, version = self.resolve(name, version)
         if version is not None and mv.state is State.RETIRED:  # asked for by number

@@ -135,6 +135,37 @@ def test_required_panels_exist(dashboard: dict[str, Any]) -> None:
     assert [t["format"] for p in heatmaps for t in p["targets"]] == ["heatmap"]
 
 
+def _row_panels(dashboard: dict[str, Any], title: str) -> list[dict[str, Any]]:
+    """The panels laid out under the row ``title``, down to the next row."""
+    rows = sorted((p["gridPos"]["y"], p["title"]) for p in panels(dashboard) if p["type"] == "row")
+    top = next(y for y, t in rows if t == title)
+    bottom = min((y for y, _ in rows if y > top), default=float("inf"))
+    return [p for p in panels(dashboard) if p["type"] != "row" and top < p["gridPos"]["y"] < bottom]
+
+
+def test_rollouts_row_shows_requests_errors_and_latency_by_version(
+    dashboard: dict[str, Any],
+) -> None:
+    """A canary's request rate, error share and end-to-end latency beside its stable version's:
+    the request families by the version that answered, without the requests that reached none
+    (version ""); the Traffic and Latency rows stay per model, every version together."""
+    by_version: dict[str, list[str]] = {}
+    for panel in _row_panels(dashboard, "Rollouts"):
+        for target in panel["targets"]:
+            for name in metric_names(target["expr"]):
+                by_version.setdefault(name, []).append(target["expr"])
+    for name in ("kestrel_requests_total", "kestrel_request_duration_seconds_bucket"):
+        assert by_version.get(name), f"the Rollouts row has no {name} query"
+        for expr in by_version[name]:
+            assert "by (model, version" in expr and 'version!=""' in expr, expr
+    assert any('status=~"5.."' in e for e in by_version["kestrel_requests_total"])
+    for row in ("Traffic", "Latency"):
+        for panel in _row_panels(dashboard, row):
+            for target in panel["targets"]:
+                if "kestrel_request" in target["expr"]:
+                    assert "version" not in target["expr"], (panel["title"], target["expr"])
+
+
 def test_dashboard_provider_points_at_the_mounted_folder() -> None:
     (provider,) = yaml.safe_load(DASHBOARD_PROVIDER.read_text())["providers"]
     assert provider["type"] == "file"

@@ -59,6 +59,7 @@ SILENT_WHEN_HEALTHY = frozenset(
     {
         "KestrelTargetDown",
         "KestrelHigh5xxRate",
+        "KestrelVersionHigh5xxRate",  # one version answers, without 5xx
         "KestrelQueueSaturated",
         "KestrelCompiledAfterReady",
         "KestrelModelLoadFailed",

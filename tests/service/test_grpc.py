@@ -3,6 +3,7 @@ against a real server process: the same answers, tokens, errors and metrics as o
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 import skops.io as sio
 import tritonclient.grpc as tgrpc
 import tritonclient.http as thttp
+from prometheus_client.parser import text_string_to_metric_families
 from sklearn.compose import make_column_transformer
 from sklearn.ensemble import GradientBoostingRegressor
 from sklearn.linear_model import LogisticRegression
@@ -383,15 +385,98 @@ def test_grpc_calls_are_in_the_request_metrics(
     client: tgrpc.InferenceServerClient, server: LiveServer, models
 ) -> None:
     route = "grpc:/v2/models/{name}/infer"
-    before = server.metric("kestrel_requests_total", model="reg", route=route, status="200")
+    # Counted under the version that answered, the 422 of its schema too; refusals under none.
+    answered = {"model": "reg", "version": "1", "route": route}
+    before = server.metric("kestrel_requests_total", **answered, status="200")
     for _ in range(3):
         client.infer("reg", _inputs(tgrpc, "reg", models), headers=READ)
     _code(lambda: client.infer("reg", [_matrix("FP64", [1, 2], np.zeros((1, 2)))], headers=READ))
-    after = server.metric("kestrel_requests_total", model="reg", route=route, status="200")
+    after = server.metric("kestrel_requests_total", **answered, status="200")
     assert after - before == 3
-    assert server.metric("kestrel_requests_total", model="reg", route=route, status="422") >= 1
-    assert server.metric("kestrel_request_duration_seconds_count", model="reg", route=route) >= 4
+    assert server.metric("kestrel_requests_total", **answered, status="422") >= 1
+    assert server.metric("kestrel_request_duration_seconds_count", **answered) >= 4
     assert server.metric("kestrel_rejections_total", model="reg", reason="bad_input") >= 1
-    refused = server.metric("kestrel_requests_total", route="_refused", status="401")
+    refused = {"route": "_refused", "status": "401", "version": ""}
+    before = server.metric("kestrel_requests_total", **refused)
     _code(lambda: client.infer("reg", _inputs(tgrpc, "reg", models)))
-    assert server.metric("kestrel_requests_total", route="_refused", status="401") == refused + 1
+    assert server.metric("kestrel_requests_total", **refused) == before + 1
+
+
+def _request_counts(server: LiveServer) -> Counter[tuple[str, str, str, str]]:
+    """``kestrel_requests_total`` by (model, version, route, status), in one /metrics scrape."""
+    counts: Counter[tuple[str, str, str, str]] = Counter()
+    for family in text_string_to_metric_families(server.client.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name == "kestrel_requests_total":
+                labels = sample.labels
+                key = (labels["model"], labels["version"], labels["route"], labels["status"])
+                counts[key] += int(sample.value)
+    return counts
+
+
+def test_request_metrics_count_each_request_under_the_version_that_answered(
+    client: tgrpc.InferenceServerClient, server: LiveServer, models
+) -> None:
+    """A 50 / 50 canary split of twin: over native HTTP, v2 HTTP and gRPC, each request is
+    counted under the version its answer names; an alias and a pinned version under the
+    version they resolve to, the error of a version after routing under it too; requests that
+    reached no version (unknown model, a body refused before routing, no token) under ""."""
+    native, v2 = "/models/{name}/predict", "/v2/models/{name}/infer"
+    rpc = "grpc:" + v2
+    row = models["x"][:1]
+    body = {
+        "inputs": [{"name": "input", "shape": [1, 3], "datatype": "FP64", "data": row[0].tolist()}]
+    }
+    r = server.client.put(
+        "/models/twin/traffic", json={"weights": {"1": 50, "2": 50}}, headers=server.admin
+    )
+    assert r.status_code == 200, r.text
+    try:
+        before = _request_counts(server)
+        expected: Counter[tuple[str, str, str, str]] = Counter()
+        for key in (f"user-{i}" for i in range(16)):
+            headers = {**READ, "x-kestrel-route-key": key}
+            r = server.client.post("/models/twin/predict", json=row.tolist(), headers=headers)
+            assert r.status_code == 200, r.text
+            expected["twin", r.json()["version"], native, "200"] += 1
+            r = server.client.post("/v2/models/twin/infer", json=body, headers=headers)
+            assert r.status_code == 200, r.text
+            expected["twin", r.json()["model_version"], v2, "200"] += 1
+            result = client.infer("twin", _inputs(tgrpc, "twin", models), headers=headers)
+            expected["twin", result.get_response().model_version, rpc, "200"] += 1
+        assert {version for _, version, _, _ in expected} == {"1", "2"}  # both answered
+        # An alias, named as name@alias: its version, under the model's own name.
+        r = server.client.post("/models/twin@stable/predict", json=row.tolist(), headers=READ)
+        assert r.status_code == 200 and r.json()["version"] == "1", r.text
+        expected["twin", "1", native, "200"] += 1
+        # Routed to version 2, then refused by its schema (two columns, not three).
+        pinned = "/models/{name}/versions/{version}/predict"
+        r = server.client.post("/models/twin/versions/2/predict", json=[[1, 2]], headers=READ)
+        assert r.status_code == 422, r.text
+        expected["twin", "2", pinned, "422"] += 1
+        # Reaching no version: a body that is not JSON, an unknown model, no token.
+        r = server.client.post(
+            "/models/twin/predict",
+            content=b"{",
+            headers={**READ, "content-type": "application/json"},
+        )
+        assert r.status_code == 400, r.text
+        expected["twin", "", native, "400"] += 1
+        r = server.client.post("/models/nope/predict", json=row.tolist(), headers=READ)
+        assert r.status_code == 404, r.text
+        expected["_none", "", native, "404"] += 1
+        status, _ = _code(
+            lambda: client.infer("nope", _inputs(tgrpc, "twin", models), headers=READ)
+        )
+        assert status == "StatusCode.NOT_FOUND"
+        expected["_none", "", rpc, "404"] += 1
+        r = server.client.post("/models/twin/predict", json=row.tolist())
+        assert r.status_code == 401, r.text
+        expected["twin", "", "_refused", "401"] += 1
+
+        counted = _request_counts(server) - before
+        del counted["_none", "", "/metrics", "200"]  # the scrape before
+        assert counted == expected
+    finally:
+        r = server.client.put("/models/twin/traffic", json={"weights": {}}, headers=server.admin)
+        assert r.status_code == 200, r.text
