@@ -110,6 +110,7 @@ class LiveServer:
         sample: str | None = None,
         options: str | None = None,
         wait: bool = True,
+        promote: bool = True,
         headers: dict[str, str] | None = None,
         **fields: str,
     ) -> httpx.Response:
@@ -120,7 +121,7 @@ class LiveServer:
             form["options"] = options
         return self.client.post(
             "/models",
-            params={"wait": str(wait).lower()},
+            params={"wait": str(wait).lower(), "promote": str(promote).lower()},
             data=form,
             files={"file": (filename, io.BytesIO(data))},
             headers=self.admin if headers is None else headers,
