@@ -111,12 +111,12 @@ class Context:
         return values if values.dtype == "float64" else lz.cast(values, "float64")
 
     def splits_in_float32(self, source: int) -> bool:
-        """Whether splits on raw input column ``source`` read it as float32 split codes: asked
-        for (``CompileOptions.split_codes``) in a float32 graph, and thresholds on it that
-        float32 codes decided in an earlier trace."""
+        """Whether splits on raw input column ``source`` may read it as float32 split codes: not
+        refused (``CompileOptions.split_codes``; None leaves it to the ensemble's cost), in a
+        float32 graph, and thresholds on it that float32 codes decided in an earlier trace."""
         options = self.options
         return (
-            options.split_codes
+            options.split_codes is not False
             and options.dtype == "float32"
             and source not in self._float64_splits
         )

@@ -29,8 +29,9 @@ class CompileOptions:
     decided (:attr:`CompiledModel.plan`): warm-up follows it where it still matches, so that
     every process serving a version runs each bucket on the same lowering. ``split_codes``: in a
     float32 graph, tree splits folded onto raw columns read them as float32 codes the host
-    encodes (:mod:`compiler.float32_splits`), deciding exactly as float64; off by default: it
-    pays only where the forest's compares outweigh the encoding (docs/exactness.md).
+    encodes (:mod:`compiler.float32_splits`), deciding exactly as float64; None (the default)
+    where the ensemble compares each encoded value often enough to pay for its encoding
+    (:func:`compiler.trees.cost.split_codes_pay`, docs/exactness.md), True or False always.
     """
 
     dtype: Literal["float32", "float64"] = "float32"
@@ -43,7 +44,7 @@ class CompileOptions:
     host_rows: int = lz.HOST_ROWS
     warmup: bool = True
     promote: bool = True
-    split_codes: bool = False
+    split_codes: bool | None = None
     cache: Any = None  # a lazy.ExecutableCache; None: the process-wide default
     plan: lz.ExecutionPlan | None = None
 

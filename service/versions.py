@@ -91,7 +91,7 @@ class ModelOptions(BaseModel):
     tree_strategy: TreeStrategy = "auto"
     dtype: Literal["float32", "float64"] = "float32"
     methods: list[str] | None = None
-    split_codes: bool = False
+    split_codes: bool | None = None
 
     @classmethod
     def stored(cls, options: dict[str, Any]) -> ModelOptions:

@@ -21,6 +21,8 @@ overhead, where all tie. So the choice is per model: one graph serves every buck
 
 from __future__ import annotations
 
+import numpy as np
+
 from lazy.node_tables import TOP_LEVELS, WORD_BITS
 
 from .model import Ensemble
@@ -37,6 +39,41 @@ def shape(ensemble: Ensemble) -> tuple[int, int, int, int]:
 def levels(ensemble: Ensemble) -> int:
     """ΣD: the sum over trees of each tree's own depth (the treewise strategy's steps per row)."""
     return sum(t.max_depth for t in ensemble.trees)
+
+
+#: Float32 split codes pay where the host's batch kernel compares each encoded value at least
+#: this many times per row: encoding one float64 value costs about what this many float32
+#: compares save over float64 ones (docs/exactness.md, *Float32 split codes*).
+SPLIT_CODES_MIN_COMPARES = 150
+#: Trees of up to this many leaves are compared whole by the batch kernel's bit-vectors; larger
+#: ones their top levels, then walked (lazy/forest_bits.py).
+WHOLE_TREE_LEAVES = 2 * WORD_BITS
+
+
+def compares_per_row(ensemble: Ensemble, features: frozenset[int]) -> float:
+    """About how many compares of ``features`` the host's batch kernel makes per row: every
+    split of a tree it evaluates whole, else its top splits and a walk below, each tree's share
+    on ``features`` in proportion to its splits on them."""
+    total = 0.0
+    for tree in ensemble.trees:
+        split = ~tree.is_leaf
+        splits = int(split.sum())
+        if not splits:
+            continue
+        on = int(np.isin(tree.feature[split], list(features)).sum())
+        whole = int(tree.is_leaf.sum()) <= WHOLE_TREE_LEAVES
+        compares = splits if whole else HYBRID_TOP_SPLITS + max(tree.max_depth - TOP_LEVELS, 0)
+        total += compares * on / splits
+    return total
+
+
+def split_codes_pay(ensemble: Ensemble, features: frozenset[int], columns: int) -> bool:
+    """Whether ``ensemble``'s splits on ``features`` should read their ``columns`` raw columns
+    as float32 split codes (``CompileOptions.split_codes`` None): where the kernel compares each
+    encoded value at least :data:`SPLIT_CODES_MIN_COMPARES` times per row."""
+    return (
+        columns > 0 and compares_per_row(ensemble, features) >= SPLIT_CODES_MIN_COMPARES * columns
+    )
 
 
 def costs(ensemble: Ensemble) -> dict[str, float]:

@@ -30,6 +30,7 @@ import lazy as lz
 from ..context import Context
 from ..features import ColumnMap, Features
 from ..monotone import Test, answers_differ, computed_as_source, fold, raw_matrix
+from .cost import split_codes_pay
 from .model import Ensemble, Tree
 from .strategies import leaf_sum
 
@@ -89,7 +90,12 @@ def exact_splits(
     # The new matrix: the raw columns the maps read (float64, or float32 split codes deciding
     # alike), then the other columns read as computed.
     order = sorted(read)
-    x, column = raw_matrix(features, ctx, order, [mapped[f] for f in order], splits=True)
+    codes = ctx.options.split_codes
+    if codes is None:  # where the kernel's compares outweigh the encoding
+        encoded = frozenset(f for f in order if mapped[f])
+        columns = len({(maps[f].source, maps[f].fill) for f in encoded})  # type: ignore[union-attr]
+        codes = split_codes_pay(ensemble, encoded, columns)
+    x, column = raw_matrix(features, ctx, order, [mapped[f] for f in order], splits=codes)
     trees = _fold_trees(ensemble, maps, mapped, column, ctx)
     folded = sum(1 for f in read if mapped[f] and maps[f].steps)  # type: ignore[union-attr]
     result = Ensemble(trees, int(x.shape[1]), float32_inputs=False, in_order=ensemble.in_order)

@@ -126,3 +126,21 @@ def test_a_column_whose_thresholds_share_a_float32_step_stays_float64() -> None:
     assert "in float64" in compiled.report.steps[-1].detail
     probe = _probes(df)
     assert (compiled.predict(probe) == pipe.predict(probe)).all()
+
+
+def test_by_default_codes_are_read_where_the_forest_compares_each_value_often() -> None:
+    """``split_codes=None``: a forest comparing each raw value hundreds of times per row reads
+    codes (their encoding costs what about 150 float32 compares save); a small one float64."""
+    large = HistGradientBoostingClassifier(max_iter=100, early_stopping=False, random_state=0)
+    small = HistGradientBoostingClassifier(max_iter=4, random_state=0)
+    for model, how in ((small, "in float64"), (large, "as float32 split codes")):
+        pipe, df = _fit(model)
+        compiled = compiler.compile(pipe, options=compiler.CompileOptions(backend="numpy"))
+        assert f"splits exact {how}" in compiled.report.steps[-1].detail
+        probe = _probes(df)
+        assert (compiled.predict(probe) == pipe.predict(probe)).all()
+        np.testing.assert_allclose(
+            compiled.predict_proba(probe), pipe.predict_proba(probe), atol=1e-6
+        )
+    refused = compiler.CompileOptions(backend="numpy", split_codes=False)  # the large one
+    assert "in float64" in compiler.compile(pipe, options=refused).report.steps[-1].detail
