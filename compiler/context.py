@@ -45,6 +45,9 @@ class Context:
         self.report = CompileReport()
         #: Raw input values where a compiled decision flips (:mod:`compiler.probes`).
         self.decisions: list[DecisionPoints] = []
+        #: The steps converted (path, fitted estimator, its input features), whose fitted
+        #: statistics are read once the trace is done (:mod:`compiler.statistics`).
+        self.steps: list[tuple[str, Any, Features]] = []
         self._path: list[str] = []
         self._names: set[str] = set()
         self._step: StepReport | None = None
@@ -158,6 +161,7 @@ class Context:
             features = _cast_features(features, self._border(outer, self.path))
             self._inputs[self.path] = features.values.node
             heads = self._convert_step(estimator, features)
+            self.steps.append((self.path, estimator, features))
             self.outputs[self.path] = tuple(
                 v.node for v in heads.outputs.values() if v.dtype in _FLOATS
             )
@@ -295,14 +299,15 @@ class Context:
     def _schema_state(self) -> tuple[Any, ...]:
         schema = self.schema
         state = schema.columns, dict(schema.vocabularies), dict(self._code_inputs)
-        return (*state, len(self.decisions), dict(self.split_columns))
+        return (*state, len(self.decisions), len(self.steps), dict(self.split_columns))
 
     def _restore_schema_state(self, state: tuple[Any, ...]) -> None:
         """Undo what a refused converter registered (categorical columns and their codes, split
         columns)."""
-        self.schema.columns, vocabularies, code_inputs, decisions, split_columns = state
+        self.schema.columns, vocabularies, code_inputs, decisions, steps, split_columns = state
         self.split_columns = split_columns
         del self.decisions[decisions:]
+        del self.steps[steps:]
         self.schema.vocabularies.clear()
         self.schema.vocabularies.update(vocabularies)
         self._code_inputs = code_inputs

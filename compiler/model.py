@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from .options import METHODS, CompileOptions
 from .probes import DecisionPoints
 from .report import CompileReport
 from .schema import InputSchema, schema_for
+from .statistics import ColumnStatistics, Recorded, recorded, resolve
 
 #: A decoded head: an array, or a list of per-output arrays (see :class:`Heads`).
 Output = np.ndarray | list[np.ndarray]
@@ -55,6 +57,14 @@ class Traced:
     decisions: tuple[DecisionPoints, ...] = ()
     #: The raw columns tree splits read as float32 codes the host encodes (None: none).
     split_inputs: SplitInputs | None = None
+    #: What the fitted steps recorded of the raw columns, on their own input lines.
+    recorded: tuple[Recorded, ...] = field(default=(), compare=False, repr=False)
+
+    @cached_property
+    def statistics(self) -> tuple[ColumnStatistics, ...]:
+        """What the fitted steps recorded of the raw numeric columns' training values (ranges,
+        distributions; :mod:`compiler.statistics`), moved onto the raw line when first asked."""
+        return resolve(self.recorded, self.schema.vocabularies.keys())
 
 
 def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None = None) -> Traced:
@@ -112,7 +122,7 @@ def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None 
     decisions = tuple(ctx.decisions)
     return Traced(
         program, ctx.schema, heads.classes, methods, report, splits, dtype, decisions,
-        split_inputs if split_inputs.keys else None,
+        split_inputs if split_inputs.keys else None, recorded(ctx.steps),
     )  # fmt: skip
 
 
@@ -309,6 +319,12 @@ class CompiledModel:
         #: Heads whose output row is NaN whenever its input row has a NaN the model must refuse:
         #: for these the per-request path looks for NaN in the output, not in the whole input.
         self.nan_checked_on_output = _heads_surfacing_nan(traced, stages)
+
+    @property
+    def statistics(self) -> tuple[ColumnStatistics, ...]:
+        """What its fitted steps recorded of the raw numeric columns' training values (ranges,
+        distributions; :mod:`compiler.statistics`)."""
+        return self.traced.statistics
 
     @property
     def plan(self) -> lz.ExecutionPlan | None:

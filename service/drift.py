@@ -2,15 +2,20 @@
 hands its first rows (``KESTREL_DRIFT_ROWS``) and the answers served for them to one background
 worker, within a CPU budget (``KESTREL_DRIFT_CPU``); nothing touches the request path beyond a
 queue put. The worker reads the rows by the model's schema and counts, per input column, missing
-values, categories the model does not know and numbers outside the registration sample's range
-(counters, so any window's ratio is a PromQL ``rate`` away), and bins the values and the answers
-by the version's :class:`~service.drift_reference.Reference`. Over a sliding window
+values, categories the model does not know and numbers outside the registration reference's
+range (the sample's and the fitted statistics'; see :mod:`service.drift_reference`) (counters,
+so any window's ratio is a PromQL ``rate`` away), and bins the values and the answers by the
+version's :class:`~service.drift_reference.Reference`. Over a sliding window
 (``KESTREL_DRIFT_WINDOW_S``) the bins give each column's and each output head's PSI, read at
 scrape.
 
-Label cardinality is bounded: the first ``KESTREL_DRIFT_COLUMNS`` columns of a schema are
-labelled by name, the rest are counted together as ``(other)``; the largest PSI over all
-columns is exported per version whatever their number.
+Label cardinality is bounded: the first ``KESTREL_DRIFT_COLUMNS`` columns of a schema, in the
+schema's order, are labelled by name, the rest are counted together as ``(other)``; the largest
+PSI over all columns is exported per version whatever their number. Schema order on purpose: it
+is the order the model was fitted on, so the labelled set is the same for every version of a
+model with the same columns, which dashboards and alerts rely on; a ranking by importance would
+move columns in and out of it between versions (and no public, cheap one maps a model's
+importances back to its raw columns through its featurizers).
 """
 
 from __future__ import annotations
@@ -234,21 +239,28 @@ def _quality(
             out_of_range.append(0)
         else:
             unknown.append(0)
-            low, high = ref.low, ref.high
-            outside = 0 if low is None or high is None else (present < low) | (present > high)
-            out_of_range.append(int(np.count_nonzero(outside)))
+            outside = 0
+            if ref.low is not None:
+                outside = np.count_nonzero(present < ref.low)
+            if ref.high is not None:
+                outside += np.count_nonzero(present > ref.high)
+            out_of_range.append(int(outside))
     return missing, unknown, out_of_range
 
 
 def _binned(
     layout: _Layout, x: np.ndarray, indices: Mapping[int, np.ndarray], served: Mapping[str, Any]
 ) -> np.ndarray:
-    """One sample's counts in ``layout``'s order (missing values and unmatched answers left
-    out)."""
+    """One sample's counts in ``layout``'s order (missing values, unless a histogram has a bin
+    for them, and unmatched answers left out)."""
     parts: list[np.ndarray] = []
     k = 0
     for j, histogram in layout.columns:
-        parts.append(histogram.bin_of(present_values(x, indices, j)[0]) + layout.offsets[k])
+        present, missing = present_values(x, indices, j)
+        parts.append(histogram.bin_of(present) + layout.offsets[k])
+        if histogram.missing_bin is not None:
+            count = int(np.count_nonzero(missing))
+            parts.append(np.full(count, histogram.missing_bin + layout.offsets[k], np.int64))
         k += 1
     for method, output in layout.outputs:
         answer = served.get(method)
@@ -271,7 +283,7 @@ class _DriftCollector(Collector):
         column_psi = GaugeMetricFamily(
             "kestrel_input_psi",
             "Population stability index of an input column over the drift window against the "
-            "registration sample.",
+            "registration reference (the sample's histogram, or the fitted quantiles').",
             labels=("model", "version", "column"),
         )
         max_psi = GaugeMetricFamily(

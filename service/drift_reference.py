@@ -1,26 +1,45 @@
 """What a model version's data looked like at registration, for data-quality and drift metrics
 (:mod:`service.drift`): per input column its range, missing-value ratio and a histogram, and per
-output head a histogram of the answers, all from the registration sample; without a sample,
-only what the schema itself knows (each categorical column's categories, so unknown values can
-be counted).
+output head a histogram of the answers.
+
+Two sources, per column:
+
+- the registration sample: range, missing-value ratio and histogram of every column, and the
+  answers' histograms;
+- the fitted pipeline's own statistics (:mod:`compiler.statistics`: its fitted attributes,
+  read, never refitted): a ``MinMaxScaler``, ``QuantileTransformer`` or
+  ``KBinsDiscretizer`` gives the range of the training values of the raw column it reads, and
+  a ``QuantileTransformer`` their distribution too (a histogram); the schema's categories
+  (encoders' ``categories_``) let unknown values be counted. A centre and scale
+  (``StandardScaler``, ``RobustScaler``) give neither, and nothing in a fitted pipeline gives a
+  missing-value ratio: those stay unknown (no out-of-range counts, no PSI, no reference missing
+  ratio) unless a sample was given.
+
+With both, the range is the union of the two (a value the model was trained on or the sample
+holds is in range) and the histogram and missing ratio are the sample's, the fitted histogram
+standing in only for a column the sample has no numbers in.
 
 Histograms bin numeric values at the sample's deciles (values the sample holds, so an integer or
-binary column gets one bin per value it takes), categorical ones by category plus one bin for
-values that are none. The drift score is the population stability index (PSI) of a window's
-counts against the reference proportions, both smoothed by half a count per bin so that an empty
-bin scores finitely.
+binary column gets one bin per value it takes), or at the fitted quantiles' (quantiles of
+repeated values are those values), categorical ones by category plus one bin for values that are
+none. Missing values are left out, except in a fitted histogram of a step behind an imputer,
+which saw them as the fill and counts them in its bin. The drift score is the population
+stability index (PSI) of a window's counts against the reference proportions, both smoothed by
+half a count per bin so that an empty bin scores finitely (a fitted histogram's proportions count
+as ``n_quantiles_ - 1`` values).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from compiler.schema import InputSchema
+from compiler.statistics import ColumnStatistics
 
 #: Deciles: ten bins for a continuous column, fewer where the sample repeats values.
 _LEVELS = np.linspace(0.1, 0.9, 9)
@@ -34,11 +53,13 @@ MAX_REFERENCE_ROWS = 100_000
 class Histogram:
     """Bins of one column: numeric at inner ``edges`` (a value on an edge goes to the bin above),
     or categorical over ``categories`` indices plus a last bin for values that are none;
-    ``expected``: the reference's smoothed proportion per bin."""
+    ``expected``: the reference's smoothed proportion per bin; ``missing_bin``: the bin missing
+    values count in (None: left out)."""
 
     expected: np.ndarray
     edges: np.ndarray | None = None
     categories: int = 0
+    missing_bin: int | None = None
 
     @property
     def bins(self) -> int:
@@ -68,6 +89,15 @@ class Histogram:
         counts = np.bincount(np.where(indices < 0, categories, indices), minlength=categories + 1)
         return cls(smoothed(counts), categories=categories)
 
+    @classmethod
+    def fitted(cls, stats: ColumnStatistics) -> Histogram | None:
+        """The histogram a fitted step recorded (None: none), its shares counting as
+        ``resolution`` values."""
+        if stats.edges is None or stats.shares is None or stats.resolution < 1:
+            return None
+        expected = smoothed(stats.shares * stats.resolution)
+        return cls(expected, edges=stats.edges, missing_bin=stats.missing_bin)
+
 
 def smoothed(counts: np.ndarray) -> np.ndarray:
     """Proportions with half a count added to every bin."""
@@ -85,11 +115,14 @@ def psi(counts: np.ndarray, expected: np.ndarray) -> float:
 class ColumnReference:
     name: str
     categorical: bool
-    #: The numeric values' range in the sample (None: no sample, or no numbers in it).
+    #: The numeric values' range: the sample's, widened to the fitted statistics' (None: no
+    #: bound known on that side).
     low: float | None = None
     high: float | None = None
     missing_ratio: float | None = None
     histogram: Histogram | None = None
+    #: The fitted steps whose statistics the range or histogram come from (path and class).
+    fitted: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -131,7 +164,10 @@ class Reference:
         return {
             "sample_rows": self.rows,
             "columns_with_histograms": sum(c.histogram is not None for c in self.columns),
-            "columns_with_ranges": sum(c.low is not None for c in self.columns),
+            "columns_with_ranges": sum(
+                c.low is not None or c.high is not None for c in self.columns
+            ),
+            "columns_from_fitted_statistics": sum(bool(c.fitted) for c in self.columns),
             "outputs": sorted(self.outputs),
         }
 
@@ -141,12 +177,21 @@ def build_reference(
     sample: Any,
     answers: Mapping[str, Any] | None,
     classes: Sequence[Any] | None,
+    fitted: Sequence[ColumnStatistics] = (),
 ) -> Reference:
     """The reference of a model with input ``schema`` from its registration ``sample`` (in the
-    source's form, or None) and the compiled model's ``answers`` on it (per head)."""
+    source's form, or None), the compiled model's ``answers`` on it (per head) and what its
+    fitted steps recorded of its raw columns (``fitted``: the compiled model's
+    ``statistics``)."""
+    by_column = {
+        s.column: s
+        for s in fitted
+        if s.column not in schema.vocabularies and s.column not in schema.unread
+    }
     if sample is None:
         columns = tuple(
-            ColumnReference(c.name, j in schema.vocabularies) for j, c in enumerate(schema.columns)
+            _with_fitted(ColumnReference(c.name, j in schema.vocabularies), by_column.get(j))
+            for j, c in enumerate(schema.columns)
         )
         return Reference(0, columns, {})
     x, indices = schema.observed(sample)
@@ -163,13 +208,30 @@ def build_reference(
         if j in schema.unread:
             histogram, low, high = None, None, None
         ratio = float(missing.mean()) if len(missing) else None
-        refs.append(ColumnReference(column.name, j in indices, low, high, ratio, histogram))
+        ref = ColumnReference(column.name, j in indices, low, high, ratio, histogram)
+        refs.append(_with_fitted(ref, by_column.get(j)))
     outputs = {}
     for method, answer in (answers or {}).items():
         ref = _output_reference(method, answer, classes)
         if ref is not None:
             outputs[method] = ref
     return Reference(len(x), tuple(refs), outputs)
+
+
+def _with_fitted(ref: ColumnReference, stats: ColumnStatistics | None) -> ColumnReference:
+    """``ref`` complemented by a numeric column's fitted statistics: its range widened to
+    theirs, their histogram where it has none."""
+    if stats is None or ref.categorical:
+        return ref
+    low = _widest(min, ref.low, stats.low)
+    high = _widest(max, ref.high, stats.high)
+    histogram = ref.histogram if ref.histogram is not None else Histogram.fitted(stats)
+    return replace(ref, low=low, high=high, histogram=histogram, fitted=stats.steps)
+
+
+def _widest(pick: Any, a: float | None, b: float | None) -> float | None:
+    known = [v for v in (a, b) if v is not None]
+    return float(pick(known)) if known else None
 
 
 def present_values(

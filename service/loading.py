@@ -218,15 +218,20 @@ class Loader:
 
 
 def _reference(model: compiler.CompiledModel, sample: Any) -> Reference:
-    """The drift reference of ``model`` from its registration sample (None: none was given)."""
+    """The drift reference of ``model`` from its registration sample (None: none was given)
+    and its fitted steps' statistics."""
+    fitted = model.statistics
     if sample is not None:
         cut = head(sample, MAX_REFERENCE_ROWS)
         sample = sample if cut is None else cut
         try:
-            return build_reference(model.schema, sample, model.outputs(sample), model.classes_)
+            answers = model.outputs(sample)
+            return build_reference(model.schema, sample, answers, model.classes_, fitted)
         except Exception as exc:  # monitoring is no reason to refuse a model that passed parity
-            log.warning("drift reference from the sample failed (%s); using the schema's", exc)
-    return build_reference(model.schema, None, None, None)
+            log.warning(
+                "drift reference from the sample failed (%s); using the fitted statistics", exc
+            )
+    return build_reference(model.schema, None, None, None, fitted)
 
 
 def _stored_plan(mv: ModelVersion, record: VersionRecord) -> lz.ExecutionPlan | None:

@@ -17,12 +17,12 @@ from sklearn.compose import ColumnTransformer
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.impute import SimpleImputer
 from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import OneHotEncoder, StandardScaler
+from sklearn.preprocessing import MinMaxScaler, OneHotEncoder, QuantileTransformer, StandardScaler
 
 import compiler
 import lazy as lz
 from service.drift import OTHER_COLUMNS
-from service.drift_reference import Histogram, build_reference, psi, smoothed
+from service.drift_reference import Histogram, build_reference, present_values, psi, smoothed
 from service.metrics import Metrics
 from service.models import ModelManager
 from service.settings import Settings
@@ -59,6 +59,32 @@ def _pipeline() -> object:
         ]
     )
     return make_pipeline(features, HistGradientBoostingClassifier(max_iter=20)).fit(frame, y)
+
+
+def _fitted_pipeline(train: pd.DataFrame) -> object:
+    """A model whose steps record their training data: a QuantileTransformer behind an imputer
+    and a scaler on ``income`` (its range and distribution), a MinMaxScaler on the count and the
+    flag (their ranges), a one-hot city (its categories)."""
+    y = ((train["visits"] > 3) ^ (train["city"] == "lima")).astype(int)
+    income = make_pipeline(SimpleImputer(), StandardScaler(), QuantileTransformer(n_quantiles=500))
+    features = ColumnTransformer(
+        [
+            ("income", income, ["income"]),
+            ("counts", MinMaxScaler(), ["visits", "member"]),
+            ("cat", OneHotEncoder(handle_unknown="ignore"), ["city"]),
+        ]
+    )
+    return make_pipeline(features, HistGradientBoostingClassifier(max_iter=20)).fit(train, y)
+
+
+def _binned_psi(histogram: Histogram, schema: compiler.InputSchema, rows: object, j: int) -> float:
+    """Column ``j`` of ``rows`` binned as the drift worker bins it, and its PSI."""
+    x, indices = schema.observed(rows)
+    present, missing = present_values(x, indices, j)
+    bins = histogram.bin_of(present)
+    if histogram.missing_bin is not None:
+        bins = np.concatenate([bins, np.full(int(missing.sum()), histogram.missing_bin)])
+    return psi(np.bincount(bins, minlength=histogram.bins), histogram.expected)
 
 
 def test_a_numeric_histogram_bins_repeated_values_and_edges_alike() -> None:
@@ -98,6 +124,63 @@ def test_the_reference_records_ranges_missing_ratios_and_categories() -> None:
     assert bare.rows == 0 and not bare.outputs
     assert all(c.histogram is None and c.low is None for c in bare.columns)
     assert [c.categorical for c in bare.columns] == [False, False, False, True]
+
+
+def test_without_a_sample_the_fitted_statistics_give_ranges_and_a_histogram() -> None:
+    train = _frame(3000, np.random.default_rng(11))
+    pipe = _fitted_pipeline(train)
+    model = compiler.compile(pipe, options=compiler.CompileOptions(warmup=False))
+    schema = model.schema
+    ref = build_reference(schema, None, None, None, model.statistics)
+    income, visits, member, city = ref.columns
+    # The MinMaxScaler's data_min_ / data_max_: the count's and the flag's training range.
+    assert (visits.low, visits.high) == (train["visits"].min(), train["visits"].max())
+    assert (member.low, member.high) == (0.0, 1.0)
+    assert visits.histogram is None and member.histogram is None  # a range gives no mass
+    assert visits.fitted == ("model/columntransformer/counts (MinMaxScaler)",)
+    # The quantiles, moved back through the scaler onto the raw line: every training income is
+    # in range, and the ends are the training extremes up to the scaler's rounding.
+    seen = train["income"].dropna()
+    assert income.low <= seen.min() and income.high >= seen.max()
+    assert income.low == pytest.approx(seen.min(), rel=1e-12)
+    assert income.high == pytest.approx(seen.max(), rel=1e-12)
+    histogram = income.histogram
+    assert histogram is not None and histogram.bins == 10
+    # The QuantileTransformer saw missing incomes as the imputer's mean: they count in its bin.
+    fill = pipe[0].named_transformers_["income"][0].statistics_[0]
+    assert fill == histogram.edges[5]  # a tenth of the rows sit on it: one of its deciles
+    assert histogram.missing_bin == int(np.searchsorted(histogram.edges, fill, side="right"))
+    # The training rows binned live reproduce the fitted shares.
+    assert _binned_psi(histogram, schema, train, 0) < 0.01
+    assert _binned_psi(histogram, schema, _frame(2000, np.random.default_rng(12)), 0) < 0.05
+    shifted = _frame(2000, np.random.default_rng(13), shift=10.0)
+    assert _binned_psi(histogram, schema, shifted, 0) > 0.25
+    more_missing = _frame(2000, np.random.default_rng(14))
+    more_missing.loc[: len(more_missing) // 2, "income"] = np.nan
+    assert _binned_psi(histogram, schema, more_missing, 0) > 0.25
+    # Categories are the schema's; nothing fitted gives a missing-value ratio.
+    assert city.categorical and city.low is None and city.histogram is None
+    assert all(c.missing_ratio is None for c in ref.columns)
+    assert ref.describe() == {
+        "sample_rows": 0,
+        "columns_with_histograms": 1,
+        "columns_with_ranges": 3,
+        "columns_from_fitted_statistics": 3,
+        "outputs": [],
+    }
+    # With a sample, its histograms stand and its ranges widen to the training range.
+    sample = _frame(200, np.random.default_rng(15))
+    sample.loc[0, "visits"] = train["visits"].max() + 5
+    both = build_reference(schema, sample, model.outputs(sample), model.classes_, model.statistics)
+    income2, visits2 = both.columns[:2]
+    assert visits2.low == 0 and visits2.high == train["visits"].max() + 5
+    assert income2.low == min(income.low, sample["income"].min())
+    assert income2.high == max(income.high, sample["income"].max())
+    assert income2.histogram.missing_bin is None  # the sample's: missing values left out
+    assert income2.missing_ratio == pytest.approx(sample["income"].isna().mean())
+    # A model whose steps record nothing (scalers, imputers) gets no ranges from them.
+    bare = compiler.compile(_pipeline(), options=compiler.CompileOptions(warmup=False))
+    assert bare.statistics == ()
 
 
 def test_observed_reads_what_a_model_would_refuse() -> None:
@@ -208,6 +291,67 @@ def test_quality_counts_and_psi_move_when_the_inputs_shift(tmp_path: Path) -> No
             assert _value(manager, "kestrel_prediction_psi", output="predict_proba") > 0.1
             assert _value(manager, "kestrel_input_psi", column="city") is None  # not labelled
             assert _value(manager, "kestrel_drift_samples_total", result="observed") == 19
+        finally:
+            await manager.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_model_registered_without_a_sample_is_monitored_by_its_fitted_statistics(
+    tmp_path: Path,
+) -> None:
+    manager = _manager(tmp_path, drift_columns=4, drift_window_s=3600)
+    train = _frame(3000, np.random.default_rng(11))
+    pipe = _fitted_pipeline(train)
+
+    async def scenario() -> None:
+        try:
+            upload = Upload("m", sio.dumps(pipe), filename="m.skops", options=ModelOptions())
+            mv = await manager.register(upload)
+            assert await manager.wait(mv, 180) and mv.state is State.READY, mv.error
+            described = mv.describe()["drift_reference"]
+            assert described["sample_rows"] == 0
+            assert described["columns_from_fitted_statistics"] == 3
+            seen = 0
+            # Rows from the training distribution: the quantile column's PSI stays small; the
+            # range-only columns have none.
+            for i in range(6):
+                rows = _frame(100, np.random.default_rng(300 + i))
+                await manager.predict("m", None, rows, outputs=None, deadline=None)
+                seen += 100
+            await _observed(manager, seen)
+            assert _value(manager, "kestrel_input_psi", column="income") < 0.1
+            assert _value(manager, "kestrel_input_psi", column="visits") is None
+            assert _value(manager, "kestrel_input_reference_missing_ratio", column="income") is None
+
+            def out_of_range() -> list[float]:
+                return [
+                    _value(manager, "kestrel_input_out_of_range_values_total", column=c) or 0
+                    for c in ("income", "visits", "member", "city")
+                ]
+
+            before = out_of_range()
+            income, visits = mv.reference.columns[:2]
+            edge = [  # the training range's ends are in range; beyond them, out of range
+                {"income": income.low, "visits": visits.high, "member": 1, "city": "oslo"},
+                {"income": income.high, "visits": 0, "member": 0, "city": "lima"},
+                {"income": income.high * 2, "visits": visits.high + 1, "member": 2, "city": "x"},
+                {"income": income.low / 2, "visits": 3, "member": 0, "city": "pune"},
+                {"income": None, "visits": -1, "member": 1, "city": "oslo"},
+            ]
+            await manager.predict("m", None, edge, outputs=None, deadline=None)
+            seen += len(edge)
+            await _observed(manager, seen)
+            moved = [a - b for a, b in zip(out_of_range(), before, strict=True)]
+            assert moved == [2, 2, 1, 0]
+            # Incomes shift up: their PSI moves against the fitted quantiles.
+            for i in range(12):
+                rows = _frame(100, np.random.default_rng(400 + i), shift=25.0)
+                await manager.predict("m", None, rows, outputs=None, deadline=None)
+                seen += 100
+            await _observed(manager, seen)
+            assert _value(manager, "kestrel_input_psi", column="income") > 0.25
+            assert _value(manager, "kestrel_input_psi_max") > 0.25
         finally:
             await manager.close()
 
