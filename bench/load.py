@@ -16,10 +16,11 @@ it) and ``taskset``. Usage::
     python bench/load.py [--models lr,rf,hgb,mlp] [--rows 1,100] [--concurrency 1,16,64]
                          [--duration 10] [--out results.json] [--doc docs/performance-http.md]
     python bench/load.py --tiny          # seconds: one model, two small concurrencies
-    python bench/load.py --servers kestrel-quiet,kestrel,kestrel-shadow,kestrel-capture
+    python bench/load.py --servers kestrel-quiet,kestrel,kestrel-shadow,kestrel-capture,kestrel-all
                          [--shadow-share 0.1] [--capture-share 0.1]
                                          # what live parity, drift metrics, a shadow and
-                                         # payload capture cost (docs/rollouts.md)
+                                         # payload capture cost, apart and all at once
+                                         # (docs/rollouts.md)
 """
 
 from __future__ import annotations
@@ -56,22 +57,28 @@ SERVERS = (
     "kestrel",
     "kestrel-shadow",
     "kestrel-capture",
+    "kestrel-all",
     "kestrel-v2",
 )
 #: Kestrel with live parity and drift metrics off; Kestrel mirroring a share of requests
 #: (``--shadow-share``) to a shadow version (a second copy of each model, stored only); Kestrel
-#: capturing a share (``--capture-share``) to Parquet: what those cost against "kestrel" (the
-#: defaults: live parity and drift metrics sampling), each in a server of its own, same run.
+#: capturing a share (``--capture-share``) to Parquet; Kestrel doing all of it at once: what
+#: those cost against "kestrel" (the defaults: live parity and drift metrics sampling) and
+#: against "kestrel-quiet", each in a server of its own, same run.
 KESTREL_ENV = {
     "kestrel-quiet": {"KESTREL_LIVE_PARITY_SHARE": "0", "KESTREL_DRIFT_SHARE": "0"},
     "kestrel-capture": {"KESTREL_CAPTURE_SHARE": "0.1"},  # --capture-share overrides it
 }
+#: The servers that mirror to a shadow (``--shadow-share``) and capture (``--capture-share``).
+SHADOWING = frozenset({"kestrel-shadow", "kestrel-all"})
+CAPTURING = frozenset({"kestrel-capture", "kestrel-all"})
 #: Pairs of servers compared in the table: requests/s and p99, the first over the second.
 COMPARED = (
     ("kestrel", "kestrel-before"),
     ("kestrel", "kestrel-quiet"),
     ("kestrel-shadow", "kestrel-quiet"),
     ("kestrel-capture", "kestrel-quiet"),
+    ("kestrel-all", "kestrel-quiet"),
 )
 MODELS = ("lr", "rf", "hgb", "mlp")
 
@@ -207,6 +214,7 @@ def make_target(server: str, base_url: str, model: str, x: np.ndarray) -> Target
         "kestrel-quiet",
         "kestrel-shadow",
         "kestrel-capture",
+        "kestrel-all",
     ):
         return Target(
             server,
@@ -508,7 +516,7 @@ def run(config: Config) -> list[Measurement]:
         for kind, servers in groups.items():
             port = free_port()
             argv, env = server_command(kind, port, artifacts, workdir / kind, base_env)
-            if kind == "kestrel-capture":
+            if kind in CAPTURING:
                 env["KESTREL_CAPTURE_SHARE"] = str(config.capture_share)
             cwd = sources.get(kind) or ROOT
             log_path = workdir / f"{kind}.log"
@@ -519,7 +527,7 @@ def run(config: Config) -> list[Measurement]:
                 if kind.startswith("kestrel"):
                     config.log("registering models with Kestrel (compile, warm-up, parity) ...")
                     register_kestrel(url, artifacts, models, x, config.max_batch)
-                if kind == "kestrel-shadow":
+                if kind in SHADOWING:
                     config.log(
                         f"staging a shadow copy of each model ({config.shadow_share:.0%}) ..."
                     )
@@ -736,6 +744,7 @@ _LABELS = {
     "kestrel": "Kestrel",
     "kestrel-shadow": "Kestrel + shadow",
     "kestrel-capture": "Kestrel + capture",
+    "kestrel-all": "Kestrel + shadow + capture",
     "kestrel-v2": "Kestrel v2",
 }
 
@@ -913,10 +922,10 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Config, argparse.Namespace]:
     )
     parser.add_argument("--workdir", type=Path, default=None, help="keep models, logs here")
     parser.add_argument(
-        "--shadow-share", type=float, default=0.1, help="share kestrel-shadow mirrors (0, 1]"
+        "--shadow-share", type=float, default=0.1, help="share kestrel-shadow and kestrel-all mirror (0, 1]"
     )
     parser.add_argument(
-        "--capture-share", type=float, default=0.1, help="share kestrel-capture captures (0, 1]"
+        "--capture-share", type=float, default=0.1, help="share kestrel-capture and kestrel-all capture (0, 1]"
     )
     parser.add_argument(
         "--kestrel-src",
