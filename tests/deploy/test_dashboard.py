@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,13 @@ CORE_PANEL_TYPES = frozenset(
     | {"dashlist", "alertlist", "annolist", "geomap", "datagrid"}
 )
 VARIABLES = ("instance", "model", "version")
+# Counters of sampled work by result, dropped among them: each needs its panel by result and a
+# dropped share (an alert watches each).
+BY_RESULT = (
+    "kestrel_shadow_requests_total",
+    "kestrel_live_parity_samples_total",
+    "kestrel_capture_rows_total",
+)
 DASHBOARD_PROVIDER = ROOT / "deploy" / "grafana" / "provisioning" / "dashboards" / "kestrel.yml"
 
 
@@ -129,8 +137,17 @@ def test_required_panels_exist(dashboard: dict[str, Any]) -> None:
         "kestrel_model_load_duration_seconds_sum",
         "process_cpu_seconds_total",
         "process_resident_memory_bytes",
+        "kestrel_shadow_requests_total",  # mirrors compared, dropped... by result
+        "kestrel_shadow_decisions_total",  # the shadow rule's promotions and rejections
+        "kestrel_live_parity_samples_total",  # samples checked, dropped... by result
+        "kestrel_capture_rows_total",  # captured rows written and dropped
     }
     assert required - used == set(), f"no panel shows {sorted(required - used)}"
+    # Sampled work is shown by result, so what was dropped is seen beside what was done.
+    for name in BY_RESULT:
+        exprs = [q.expr for q in dashboard_queries(dashboard) if name in metric_names(q.expr)]
+        assert any(re.search(r"by \([^)]*\bresult\b", e) for e in exprs), f"{name}: {exprs}"
+        assert any('result="dropped"' in e for e in exprs), f"no dropped share of {name}"
     heatmaps = [p for p in panels(dashboard) if p["type"] == "heatmap"]
     assert [t["format"] for p in heatmaps for t in p["targets"]] == ["heatmap"]
 

@@ -65,6 +65,9 @@ SILENT_WHEN_HEALTHY = frozenset(
         "KestrelModelLoadFailed",
         "KestrelLiveParityMismatch",
         "KestrelShadowDisagrees",
+        "KestrelShadowDroppingMirrors",
+        "KestrelLiveParityDroppingSamples",
+        "KestrelCaptureDroppingRows",
         "KestrelUnknownCategories",  # the demo model has no categorical column
         "KestrelMissingValuesRose",  # nor does its traffic miss a value
     }
@@ -115,11 +118,15 @@ def _latest_scrape(prometheus: PrometheusServer) -> float:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    # Live parity samples a fifth of the requests and drift monitoring every one, so their
-    # series exist after a few seconds.
+    # Live parity samples a fifth of the requests, payload capture a fifth (written every
+    # second) and drift monitoring every one, so their series exist after a few seconds; the
+    # workers get half a core, so none drops a sample on this healthy server.
     kestrel = LiveServer(
         tmp_path_factory.mktemp("kestrel"),
         KESTREL_LIVE_PARITY_SHARE="0.2",
+        KESTREL_LIVE_PARITY_CPU="0.5",
+        KESTREL_CAPTURE_SHARE="0.2",
+        KESTREL_CAPTURE_FLUSH_S="1",
         KESTREL_DRIFT_SHARE="1",
         KESTREL_DRIFT_CPU="0.5",
     )
@@ -137,6 +144,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             *("--url", kestrel.url, "--ready-timeout", "60", "--max-batch", "8"),
             timeout=300,
         )
+        _stage_shadow_rule(kestrel)
         _stage_shadow(kestrel)
         traffic = _script(
             "loadgen.py",
@@ -168,11 +176,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         kestrel.stop()
 
 
+# Version 2 serves the traffic: the shadow rule promoted it (_stage_shadow_rule).
+SERVING = "2"
 PSI_QUERIES = {
-    "inputs": f'max(kestrel_input_psi_max{{model="{MODEL}", version="1"}})',
-    "petal_length": f'max(kestrel_input_psi{{model="{MODEL}", version="1", column="petal_length"}})',
-    "sepal_width": f'max(kestrel_input_psi{{model="{MODEL}", version="1", column="sepal_width"}})',
-    "predict": f'max(kestrel_prediction_psi{{model="{MODEL}", version="1", output="predict"}})',
+    "inputs": f'max(kestrel_input_psi_max{{model="{MODEL}", version="{SERVING}"}})',
+    "petal_length": f'max(kestrel_input_psi{{model="{MODEL}", version="{SERVING}", column="petal_length"}})',
+    "sepal_width": f'max(kestrel_input_psi{{model="{MODEL}", version="{SERVING}", column="sepal_width"}})',
+    "predict": f'max(kestrel_prediction_psi{{model="{MODEL}", version="{SERVING}", output="predict"}})',
 }
 
 
@@ -195,26 +205,49 @@ def _wait_for_psi(
     return dict(values)
 
 
-def _stage_shadow(kestrel: LiveServer) -> None:
-    """The demo model again as version 2, stored only, shadowing every request (so the shadow
-    series exist)."""
-    import io
+def _stage_version(kestrel: LiveServer, version: str, shadow: dict[str, Any]) -> None:
+    """The demo model again (with its sample, as register_demo.py sends it) as ``version``,
+    stored only, then set as the shadow ``shadow`` (without the version)."""
+    import json
 
     from service.demo_model import demo_artifact
 
-    data, _ = demo_artifact()
-    r = kestrel.client.post(
-        "/models",
-        params={"wait": "true", "promote": "false"},
-        data={"name": MODEL, "options": '{"max_batch": 8}'},
-        files={"file": ("iris.skops", io.BytesIO(data))},
-        headers=kestrel.admin,
+    data, sample = demo_artifact()
+    r = kestrel.register(
+        MODEL,
+        data,
+        filename="iris.skops",
+        sample=json.dumps(sample),
+        options='{"max_batch": 8}',
+        promote=False,
     )
-    assert r.status_code == 201, r.text
-    r = kestrel.client.put(
-        f"/models/{MODEL}/shadow", json={"version": "2", "share": 1.0}, headers=kestrel.admin
-    )
+    assert r.status_code == 201 and r.json()["version"] == version, r.text
+    body = {"version": version, **shadow}
+    r = kestrel.client.put(f"/models/{MODEL}/shadow", json=body, headers=kestrel.admin)
     assert r.status_code == 200, r.text
+
+
+def _stage_shadow_rule(kestrel: LiveServer) -> None:
+    """Version 2 as a shadow whose rule promotes it after one compared row, before the traffic
+    (so the decisions' series exists): version 2 serves from then on."""
+    _stage_version(kestrel, SERVING, {"share": 1.0, "rule": {"after_rows": 1}})
+    flower = {"sepal_length": 5.1, "sepal_width": 3.5, "petal_length": 1.4, "petal_width": 0.2}
+    deadline = time.monotonic() + 30
+    while (
+        kestrel.client.get(f"/models/{MODEL}", headers=kestrel.admin).json()["current"] != SERVING
+    ):
+        assert time.monotonic() < deadline, "the shadow rule did not promote version 2"
+        r = kestrel.client.post(f"/models/{MODEL}/predict", json=[flower])
+        assert r.status_code == 200, r.text
+        time.sleep(0.2)
+    decided = {"model": MODEL, "shadow": SERVING, "decision": "promote"}
+    assert kestrel.metric("kestrel_shadow_decisions_total", **decided) == 1
+
+
+def _stage_shadow(kestrel: LiveServer) -> None:
+    """The demo model again as version 3, shadowing every request (so the shadow series
+    exist)."""
+    _stage_version(kestrel, "3", {"share": 1.0})
 
 
 def _epoch(rfc3339: str) -> float:
@@ -256,7 +289,7 @@ def test_drift_metrics_move_when_the_inputs_shift(stack: Stack) -> None:
     # Values beyond the sample's range are counted, per column, through the recording rule.
     ratio = stack.prometheus.query(
         "instance_model_column:kestrel_input_out_of_range:ratio_rate15m"
-        f'{{model="{MODEL}", column="petal_length"}}'
+        f'{{model="{MODEL}", version="{SERVING}", column="petal_length"}}'
     )
     assert ratio and float(ratio[0]["value"][1]) > 0, ratio
 
@@ -286,6 +319,8 @@ def test_recording_rules_return_data(stack: Stack) -> None:
 
 
 def test_alert_expressions_parse_and_their_inputs_have_data(stack: Stack) -> None:
+    alerts = {rule["alert"] for rule in load_rules() if "alert" in rule}
+    assert SILENT_WHEN_HEALTHY - alerts == set(), "alerts missing from the rules file"
     for rule in (rule for rule in load_rules() if "alert" in rule):
         firing = stack.prometheus.query(rule["expr"])  # raises PromQLError if it does not parse
         if rule["alert"] in SILENT_WHEN_HEALTHY:
