@@ -922,10 +922,16 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Config, argparse.Namespace]:
     )
     parser.add_argument("--workdir", type=Path, default=None, help="keep models, logs here")
     parser.add_argument(
-        "--shadow-share", type=float, default=0.1, help="share kestrel-shadow and kestrel-all mirror (0, 1]"
+        "--shadow-share",
+        type=float,
+        default=0.1,
+        help="share kestrel-shadow and kestrel-all mirror (0, 1]",
     )
     parser.add_argument(
-        "--capture-share", type=float, default=0.1, help="share kestrel-capture and kestrel-all capture (0, 1]"
+        "--capture-share",
+        type=float,
+        default=0.1,
+        help="share kestrel-capture and kestrel-all capture (0, 1]",
     )
     parser.add_argument(
         "--kestrel-src",
