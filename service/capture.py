@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from service import parity
 from service.metrics import Metrics
 from service.settings import Settings
@@ -50,21 +52,44 @@ def hour_of(at: float) -> str:
 
 
 def table(requests: list[_Request]) -> Any:
-    """One Arrow table of captured requests of one version: input columns, time, outputs."""
+    """One Arrow table of captured requests of one version: input columns, time, outputs.
+
+    Built column by column from each request's arrays (one pandas concatenation of the inputs,
+    list columns from flat values and offsets), never row by row: the writer thread holds the
+    GIL while it builds, and per-row Python objects would take it from the request path."""
     import pandas as pd
     import pyarrow as pa
 
     frames = []
     for r in requests:
         rows = parity.source_input(r.schema, r.data)
-        frame = rows if hasattr(rows, "columns") else pd.DataFrame(rows, columns=r.schema.names)
-        frame = frame.reset_index(drop=True)
-        frame["kestrel_time"] = r.at
-        for head, value in r.answer.items():
-            out = parity.side_by_side(value)
-            frame[f"output_{head}"] = list(out) if out.ndim > 1 else out
-        frames.append(frame)
-    return pa.Table.from_pandas(pd.concat(frames, ignore_index=True), preserve_index=False)
+        frames.append(
+            rows if hasattr(rows, "columns") else pd.DataFrame(rows, columns=r.schema.names)
+        )
+    inputs = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    out = pa.Table.from_pandas(inputs.reset_index(drop=True), preserve_index=False)
+    at = np.repeat([r.at for r in requests], [r.rows for r in requests])
+    out = out.append_column("kestrel_time", pa.array(at, pa.float64()))
+    heads = dict.fromkeys(head for r in requests for head in r.answer)
+    for head in heads:
+        pieces = [_output(r.answer[head]) if head in r.answer else r.rows for r in requests]
+        kind = next(p.type for p in pieces if not isinstance(p, int))
+        column = [pa.nulls(p, kind) if isinstance(p, int) else p for p in pieces]
+        out = out.append_column(f"output_{head}", pa.chunked_array(column, kind))
+    return out
+
+
+def _output(value: Any) -> Any:
+    """One request's answer of one head as an Arrow array: a value per row, or a list per row
+    for a multi-column head."""
+    import pyarrow as pa
+
+    answer = parity.side_by_side(value)
+    if answer.ndim == 1:
+        return pa.array(answer)
+    flat = answer.reshape(len(answer), -1)
+    offsets = np.arange(0, flat.size + 1, flat.shape[1], dtype=np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat.ravel()))
 
 
 class Capture:

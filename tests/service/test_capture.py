@@ -93,3 +93,25 @@ def test_captured_requests_read_back_with_pyarrow(tmp_path: Path) -> None:
         "kestrel_capture_rows_total", {"model": "m", "version": "1", "result": "written"}
     )
     assert written == 20
+
+
+def test_a_table_keeps_each_requests_rows_and_nulls_for_heads_it_did_not_ask() -> None:
+    from sklearn.linear_model import LogisticRegression as Model
+
+    import compiler
+    from service.capture import _Request, table
+
+    x = np.random.default_rng(1).normal(size=(10, 3))
+    compiled = compiler.compile(
+        Model().fit(x, x[:, 0] > 0), options=compiler.CompileOptions(warmup=False)
+    )
+    proba = np.arange(12, dtype=np.float64).reshape(6, 2)
+    requests = [
+        _Request(compiled.schema, x[:4].tolist(), {"predict": np.array([0, 1, 1, 0])}, 4, 1.0),
+        _Request(compiled.schema, x[4:].tolist(), {"predict_proba": proba}, 6, 2.0),
+    ]
+    got = table(requests).to_pydict()
+    np.testing.assert_array_equal(np.array([got[f"x{i}"] for i in range(3)]).T, x)
+    assert got["kestrel_time"] == [1.0] * 4 + [2.0] * 6
+    assert got["output_predict"] == [0, 1, 1, 0] + [None] * 6
+    assert got["output_predict_proba"] == [None] * 4 + proba.tolist()
