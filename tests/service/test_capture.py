@@ -37,38 +37,52 @@ def _frame(n: int) -> pd.DataFrame:
     )
 
 
-def test_captured_requests_read_back_with_pyarrow(tmp_path: Path) -> None:
+def _fitted() -> tuple[object, pd.DataFrame]:
     df = _frame(200)
     y = (df["a"] > 0).astype(int)
     ct = ColumnTransformer(
         [("num", StandardScaler(), ["a", "b"]), ("cat", OneHotEncoder(), ["plan"])]
     )
-    model = make_pipeline(ct, LogisticRegression()).fit(df, y)
+    return make_pipeline(ct, LogisticRegression()).fit(df, y), df
+
+
+def _manager(tmp_path: Path, **capture: object) -> ModelManager:
+    """A manager capturing every request, flushed by hand unless ``capture`` says otherwise."""
     settings = Settings(
         store_url=str(tmp_path / "store"),
         cache_dir=tmp_path / "cache",
         poll_interval_s=0,
-        capture_share=1.0,
-        capture_flush_s=3600,  # flushed by hand below
-        capture_retention_hours=2,
+        **{"capture_share": 1.0, "capture_flush_s": 3600, **capture},
         live_parity_share=0,
     )
     store = ModelStore(settings.store_url)
-    manager = ModelManager(settings, store, Metrics(CollectorRegistry()), lz.ExecutableCache())
+    return ModelManager(settings, store, Metrics(CollectorRegistry()), lz.ExecutableCache())
+
+
+async def _score(manager: ModelManager, model: object, df: pd.DataFrame) -> list[dict]:
+    """Register ``model`` as m and score five requests of four rows: the rows sent."""
+    mv = await manager.register(
+        Upload("m", sio.dumps(model), filename="m.skops", options=ModelOptions(max_batch=8))
+    )
+    assert await manager.wait(mv, 120) and mv.state is State.READY, mv.error
+    sent = []
+    for i in range(5):
+        rows = df.iloc[4 * i : 4 * i + 4].to_dict("records")
+        await manager.predict("m", None, rows, outputs=None, deadline=None)
+        sent.extend(rows)
+    return sent
+
+
+def test_captured_requests_read_back_with_pyarrow(tmp_path: Path) -> None:
+    model, df = _fitted()
+    manager = _manager(tmp_path, capture_retention_hours=2)
+    store = manager.store
     old = hour_of(time.time() - 5 * 3600)
     store.put_capture("m", "1", old, "old.parquet", b"expired")
 
     async def scenario() -> list[dict[str, object]]:
         try:
-            mv = await manager.register(
-                Upload("m", sio.dumps(model), filename="m.skops", options=ModelOptions(max_batch=8))
-            )
-            assert await manager.wait(mv, 120) and mv.state is State.READY, mv.error
-            sent = []
-            for i in range(5):
-                rows = df.iloc[4 * i : 4 * i + 4].to_dict("records")
-                await manager.predict("m", None, rows, outputs=None, deadline=None)
-                sent.extend(rows)
+            sent = await _score(manager, model, df)
             manager.capture.flush()
             return sent
         finally:
@@ -93,6 +107,29 @@ def test_captured_requests_read_back_with_pyarrow(tmp_path: Path) -> None:
         "kestrel_capture_rows_total", {"model": "m", "version": "1", "result": "written"}
     )
     assert written == 20
+
+
+def test_a_quarter_full_buffer_is_written_before_the_next_tick(tmp_path: Path) -> None:
+    """With an hour between ticks and room for 40 rows, the writer flushes once 10 are held."""
+    model, df = _fitted()
+    manager = _manager(tmp_path, capture_max_rows=40)
+
+    async def scenario() -> bool:
+        try:
+            await _score(manager, model, df)
+            for _ in range(200):  # the writer thread writes without being asked
+                if list((tmp_path / "store" / "capture").glob("model=m/*/*/*.parquet")):
+                    return True
+                await asyncio.sleep(0.05)
+            return False
+        finally:
+            await manager.close()
+
+    assert asyncio.run(scenario()), "nothing written within 10 s of a quarter-full buffer"
+    written = manager.metrics.registry.get_sample_value(
+        "kestrel_capture_rows_total", {"model": "m", "version": "1", "result": "written"}
+    )
+    assert written == 20  # the early writes and the last one at close; nothing dropped
 
 
 def test_a_table_keeps_each_requests_rows_and_nulls_for_heads_it_did_not_ask() -> None:
