@@ -217,6 +217,15 @@ def _value(manager: ModelManager, name: str, **labels: str) -> float | None:
     return manager.metrics.registry.get_sample_value(name, {"model": "m", "version": "1", **labels})
 
 
+async def _send(manager: ModelManager, requests: int, *, seed: int, shift: float = 0.0) -> int:
+    """Score ``requests`` requests of 100 fresh rows (seeds ``seed``, ``seed + 1``, ...): the
+    rows sent."""
+    for i in range(requests):
+        rows = _frame(100, np.random.default_rng(seed + i), shift=shift)
+        await manager.predict("m", None, rows, outputs=None, deadline=None)
+    return 100 * requests
+
+
 async def _observed(manager: ModelManager, rows: float) -> None:
     deadline = time.monotonic() + 30
     while (_value(manager, "kestrel_input_rows_total") or 0) < rows:
@@ -245,10 +254,7 @@ def test_quality_counts_and_psi_move_when_the_inputs_shift(tmp_path: Path) -> No
             assert mv.describe()["drift_reference"]["sample_rows"] == 500
             seen = 0
             # The registration distribution: every PSI stays small.
-            for i in range(6):
-                rows = _frame(100, np.random.default_rng(100 + i))
-                await manager.predict("m", None, rows, outputs=None, deadline=None)
-                seen += 100
+            seen += await _send(manager, 6, seed=100)
             await _observed(manager, seen)
             assert _value(manager, "kestrel_input_psi_max") < 0.1
             assert _value(manager, "kestrel_prediction_psi", output="predict") < 0.1
@@ -280,10 +286,7 @@ def test_quality_counts_and_psi_move_when_the_inputs_shift(tmp_path: Path) -> No
             # others there (none).
             assert [a - b for a, b in zip(counts(), before, strict=True)] == [1, 1, 1, 1]
             # Incomes shift up: the column's PSI and the predictions' move, the others do not.
-            for i in range(12):
-                rows = _frame(100, np.random.default_rng(200 + i), shift=25.0)
-                await manager.predict("m", None, rows, outputs=None, deadline=None)
-                seen += 100
+            seen += await _send(manager, 12, seed=200, shift=25.0)
             await _observed(manager, seen)
             assert _value(manager, "kestrel_input_psi", column="income") > 0.25
             assert _value(manager, "kestrel_input_psi", column="visits") < 0.1
@@ -315,10 +318,7 @@ def test_a_model_registered_without_a_sample_is_monitored_by_its_fitted_statisti
             seen = 0
             # Rows from the training distribution: the quantile column's PSI stays small; the
             # range-only columns have none.
-            for i in range(6):
-                rows = _frame(100, np.random.default_rng(300 + i))
-                await manager.predict("m", None, rows, outputs=None, deadline=None)
-                seen += 100
+            seen += await _send(manager, 6, seed=300)
             await _observed(manager, seen)
             assert _value(manager, "kestrel_input_psi", column="income") < 0.1
             assert _value(manager, "kestrel_input_psi", column="visits") is None
@@ -345,10 +345,7 @@ def test_a_model_registered_without_a_sample_is_monitored_by_its_fitted_statisti
             moved = [a - b for a, b in zip(out_of_range(), before, strict=True)]
             assert moved == [2, 2, 1, 0]
             # Incomes shift up: their PSI moves against the fitted quantiles.
-            for i in range(12):
-                rows = _frame(100, np.random.default_rng(400 + i), shift=25.0)
-                await manager.predict("m", None, rows, outputs=None, deadline=None)
-                seen += 100
+            seen += await _send(manager, 12, seed=400, shift=25.0)
             await _observed(manager, seen)
             assert _value(manager, "kestrel_input_psi", column="income") > 0.25
             assert _value(manager, "kestrel_input_psi_max") > 0.25
