@@ -35,6 +35,7 @@ BY_RESULT = (
     "kestrel_shadow_requests_total",
     "kestrel_live_parity_samples_total",
     "kestrel_capture_rows_total",
+    "kestrel_drift_samples_total",
 )
 DASHBOARD_PROVIDER = ROOT / "deploy" / "grafana" / "provisioning" / "dashboards" / "kestrel.yml"
 
@@ -141,6 +142,7 @@ def test_required_panels_exist(dashboard: dict[str, Any]) -> None:
         "kestrel_shadow_decisions_total",  # the shadow rule's promotions and rejections
         "kestrel_live_parity_samples_total",  # samples checked, dropped... by result
         "kestrel_capture_rows_total",  # captured rows written and dropped
+        "kestrel_drift_samples_total",  # drift samples observed, dropped... by result
     }
     assert required - used == set(), f"no panel shows {sorted(required - used)}"
     # Sampled work is shown by result, so what was dropped is seen beside what was done.

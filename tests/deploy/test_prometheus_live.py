@@ -68,6 +68,7 @@ SILENT_WHEN_HEALTHY = frozenset(
         "KestrelShadowDroppingMirrors",
         "KestrelLiveParityDroppingSamples",
         "KestrelCaptureDroppingRows",
+        "KestrelDriftDroppingSamples",
         "KestrelUnknownCategories",  # the demo model has no categorical column
         "KestrelMissingValuesRose",  # nor does its traffic miss a value
     }
