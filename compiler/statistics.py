@@ -55,7 +55,8 @@ from sklearn.preprocessing import KBinsDiscretizer, MinMaxScaler, QuantileTransf
 from .features import ColumnMap, Features
 from .monotone import fold
 
-#: The shares a histogram is cut at: deciles, as a registration sample's are.
+#: The shares a histogram is cut at: deciles, for fitted quantiles and a registration sample
+#: alike (:mod:`service.drift_reference`).
 LEVELS = np.linspace(0.1, 0.9, 9)
 
 
@@ -241,8 +242,8 @@ def _merged(a: ColumnStatistics, b: ColumnStatistics) -> ColumnStatistics:
     return ColumnStatistics(
         a.column,
         a.steps + b.steps,
-        _bound(min, a.low, b.low),
-        _bound(max, a.high, b.high),
+        widest(min, a.low, b.low),
+        widest(max, a.high, b.high),
         finer.edges,
         finer.shares,
         finer.resolution,
@@ -250,6 +251,8 @@ def _merged(a: ColumnStatistics, b: ColumnStatistics) -> ColumnStatistics:
     )
 
 
-def _bound(pick: Any, a: float | None, b: float | None) -> float | None:
-    known: Sequence[float] = [v for v in (a, b) if v is not None]
+def widest(pick: Any, a: float | None, b: float | None) -> float | None:
+    """The union's bound on one side (``pick``: ``min`` below, ``max`` above) of two ranges
+    whose bounds may be unknown (None): the known ones' widest."""
+    known: Sequence[float] = [float(v) for v in (a, b) if v is not None]
     return pick(known) if known else None

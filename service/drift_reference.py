@@ -39,10 +39,8 @@ from typing import Any
 import numpy as np
 
 from compiler.schema import InputSchema
-from compiler.statistics import ColumnStatistics
+from compiler.statistics import LEVELS, ColumnStatistics, widest
 
-#: Deciles: ten bins for a continuous column, fewer where the sample repeats values.
-_LEVELS = np.linspace(0.1, 0.9, 9)
 #: Output heads with more columns than this have their first ones binned (say, a transform).
 MAX_OUTPUT_COLUMNS = 32
 #: Rows of the registration sample read, at most (its first).
@@ -77,7 +75,8 @@ class Histogram:
         """The deciles of ``values`` (finite, no NaN), or None for none."""
         if not len(values):
             return None
-        edges = np.unique(np.quantile(values, _LEVELS, method="inverted_cdf"))
+        # deciles: ten bins for a continuous column, fewer where the sample repeats values
+        edges = np.unique(np.quantile(values, LEVELS, method="inverted_cdf"))
         counts = np.bincount(np.searchsorted(edges, values, side="right"), minlength=len(edges) + 1)
         return cls(smoothed(counts), edges=edges)
 
@@ -223,15 +222,10 @@ def _with_fitted(ref: ColumnReference, stats: ColumnStatistics | None) -> Column
     theirs, their histogram where it has none."""
     if stats is None or ref.categorical:
         return ref
-    low = _widest(min, ref.low, stats.low)
-    high = _widest(max, ref.high, stats.high)
+    low = widest(min, ref.low, stats.low)
+    high = widest(max, ref.high, stats.high)
     histogram = ref.histogram if ref.histogram is not None else Histogram.fitted(stats)
     return replace(ref, low=low, high=high, histogram=histogram, fitted=stats.steps)
-
-
-def _widest(pick: Any, a: float | None, b: float | None) -> float | None:
-    known = [v for v in (a, b) if v is not None]
-    return float(pick(known)) if known else None
 
 
 def present_values(

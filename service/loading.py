@@ -220,7 +220,11 @@ class Loader:
 def _reference(model: compiler.CompiledModel, sample: Any) -> Reference:
     """The drift reference of ``model`` from its registration sample (None: none was given)
     and its fitted steps' statistics."""
-    fitted = model.statistics
+    try:
+        fitted = model.statistics
+    except Exception as exc:  # monitoring is no reason to refuse a model that passed parity
+        log.warning("fitted statistics for the drift reference failed (%s); using none", exc)
+        fitted = ()
     if sample is not None:
         cut = head(sample, MAX_REFERENCE_ROWS)
         sample = sample if cut is None else cut
