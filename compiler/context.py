@@ -63,6 +63,9 @@ class Context:
         #: (graph input, the thresholds of the splits reading it).
         self._float64_splits = float64_splits
         self.split_columns: dict[Key, tuple[lz.LazyTensor, list[np.ndarray]]] = {}
+        #: What the host guarantees of graph inputs (by name): an imputed column's split codes
+        #: carry its fill, never NaN.
+        self.input_facts: dict[str, lz.Special] = {}
 
     @property
     def dtype(self) -> str:
@@ -133,6 +136,8 @@ class Context:
         if key not in self.split_columns:
             name = f"{SPLIT_INPUT_PREFIX}{len(self.split_columns)}"
             self.split_columns[key] = (self.builder.input(name, (), "float32"), [])
+            if fill is not None and not np.isnan(fill):
+                self.input_facts[name] = lz.Special(nan=False, inf=True, zero=True)
         if self.raw is not None and self.raw.dtype != "float64":
             self.wants_float64_input = True  # the host encodes from the float64 table
         return self.split_columns[key][0]
@@ -259,7 +264,7 @@ class Context:
     def may_be_nan(self, x: lz.LazyTensor) -> bool:
         """Whether ``x`` may hold a NaN, by what the graph and its parameters so far prove
         (False, e.g., for the output of an imputer or a one-hot encoder)."""
-        return lz.may_be_nan(x.node, self.builder.params)
+        return lz.may_be_nan(x.node, self.builder.params, self.input_facts)
 
     def const(self, value: Any, dtype: str | None = None) -> lz.LazyTensor:
         return lz.const(np.asarray(value, dtype=dtype or self.dtype))

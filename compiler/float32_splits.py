@@ -63,6 +63,8 @@ _HASH_MULTIPLIER = np.uint64(0x9E3779B1)  # Knuth's, 32-bit
 _LOW_32 = np.uint64(0xFFFFFFFF)
 _SHIFT = np.uint64(16)
 _SALT = np.uint64(0x85EBCA6B)
+#: The same hash in 32-bit lanes, as the native kernel computes it.
+_MULTIPLIER_32, _SHIFT_32 = np.uint32(_HASH_MULTIPLIER), np.uint32(_SHIFT)
 
 
 def _ordered(bits: np.ndarray) -> np.ndarray:
@@ -164,7 +166,7 @@ class SplitInputs:
         if native.AVAILABLE:
             _kernel()(
                 x, sources, fills, self.salts, self.bitmap, self.slots, self.slot_limits,
-                out, out.view(np.int32),
+                out.view(np.int32),
             )  # fmt: skip
         else:
             for i, (source, fill) in enumerate(zip(sources, fills, strict=True)):
@@ -192,43 +194,42 @@ def encode_column(values: np.ndarray, fill: float, thresholds: np.ndarray) -> np
 
 
 def _encode_kernel(  # type: ignore[no-untyped-def]
-    x, sources, fills, salts, bitmap, slots, slot_limits, out, bits
+    x, sources, fills, salts, bitmap, slots, slot_limits, bits
 ):
-    """:func:`encode_column` of every split column, in passes over contiguous arrays that
-    vector units run without a branch: the float32 rounding; in the ordered int32 keys of its
-    bits the floor, and the hash flagging the inexact values to look up; the few flagged ones
-    looked up (a step above where a threshold is below); the subnormal ranges."""
+    """:func:`encode_column` of every split column into ``bits`` (the codes' int32 view), a
+    column at a time in passes over contiguous arrays: the column gathered from the row-major
+    table with its fill; the float32 floor as an ordered int32 key and its hash (no branch, no
+    gather: vector units run it); the hash's flag read for the inexact values, and the few
+    flagged ones looked up (a step up where a threshold is below); the keys back to float32
+    bits, a subnormal code moved to the nearest zero or normal value on its side of every
+    threshold."""
     n, width = x.shape[0], sources.shape[0]
     mask = np.int64(slots.shape[0] - 1)
-    values = np.empty((width, n), np.float64)
-    flagged = np.empty(n, np.uint8)
-    for r in range(n):  # row by row: the table is row-major
-        for d in range(width):
-            v = x[r, sources[d]]
-            v = fills[d] if v != v else v
-            values[d, r] = v
-            out[d, r] = np.float32(v)
+    values = np.empty(n, np.float64)
+    hashes = np.empty(n, np.uint32)
+    inexact = np.empty(n, np.uint8)
     for d in range(width):
-        salt = salts[d]
-        column, code, keys = values[d], out[d], bits[d]
+        source, fill, salt, keys = sources[d], fills[d], np.uint32(salts[d]), bits[d]
         for r in range(n):
-            v = column[r]
-            rounded = np.float64(code[r])
-            b = keys[r]
-            k = (b ^ (_SIGN & (b >> np.int32(31)))) - np.int32(rounded > v)  # the floor
+            v = x[r, source]
+            values[r] = fill if v != v else v
+        for r in range(n):
+            v = values[r]
+            rounded = np.float32(v)
+            b = _float32_bits(rounded)  # in a register: a second view of ``bits`` would alias
+            k = (b ^ (_SIGN & (b >> np.int32(31)))) - np.int32(np.float64(rounded) > v)
             keys[r] = k
-            h = (((np.uint64(np.uint32(k)) ^ salt) * _HASH_MULTIPLIER) & _LOW_32) >> _SHIFT
-            hit = (bitmap[h >> np.uint64(3)] >> (h & np.uint64(7))) & np.uint8(1)
-            flagged[r] = hit & np.uint8(rounded != v) & np.uint8(v == v)
+            hashes[r] = np.uint32((np.uint32(k) ^ salt) * _MULTIPLIER_32) >> _SHIFT_32
+            inexact[r] = (np.float64(rounded) != v) & (v == v)
         for r in range(n):
-            if flagged[r]:
+            h = hashes[r]
+            if inexact[r] & (bitmap[h >> np.uint32(3)] >> (h & np.uint32(7))) & np.uint8(1):
                 k = keys[r]
                 want = (np.int64(d) << np.int64(32)) | (np.int64(k) & np.int64(0xFFFFFFFF))
-                h = (((np.uint64(np.uint32(k)) ^ salt) * _HASH_MULTIPLIER) & _LOW_32) >> _SHIFT
                 at = np.int64(h) & mask
                 while slots[at] != -1 and slots[at] != want:
                     at = (at + np.int64(1)) & mask
-                if slots[at] == want and column[r] > slot_limits[at]:
+                if slots[at] == want and values[r] > slot_limits[at]:
                     keys[r] = k + np.int32(1)
         for r in range(n):
             k = keys[r]
@@ -238,12 +239,15 @@ def _encode_kernel(  # type: ignore[no-untyped-def]
 
 
 _KERNEL: Any = None
+#: numba's float32 → int32 bit cast, bound when the kernel is built.
+_float32_bits: Any = None
 
 
 def _kernel() -> Any:
     """The native encoder, built on the first batch a process encodes (numba caches the build
     on disk for the next process)."""
-    global _KERNEL
+    global _KERNEL, _float32_bits
     if _KERNEL is None:
+        _float32_bits = native.float32_bits()
         _KERNEL = native.compile_kernel(_encode_kernel)
     return _KERNEL

@@ -34,3 +34,29 @@ def compile_kernel(fn: Callable[..., Any]) -> Callable[..., Any]:
         return numba.njit(cache=True, **options)(fn)  # type: ignore[no-any-return]
     except RuntimeError:  # "cannot cache function ...: no locator available"
         return numba.njit(**options)(fn)  # type: ignore[no-any-return]
+
+
+_FLOAT32_BITS: Any = None
+
+
+def float32_bits() -> Callable[..., Any]:
+    """A numba intrinsic for kernels: a float32's bits as an int32, reinterpreted in a register.
+    Kernels that need both views of an array otherwise pass it twice (``a`` and
+    ``a.view(np.int32)``), and two views of one buffer stop LLVM vectorizing the loop."""
+    global _FLOAT32_BITS
+    if _FLOAT32_BITS is None:
+        from numba import types
+        from numba.extending import intrinsic
+
+        @intrinsic  # type: ignore[misc]
+        def bits(typingctx: Any, value: Any) -> Any:
+            if value != types.float32:
+                return None
+
+            def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+                return builder.bitcast(args[0], context.get_value_type(types.int32))
+
+            return types.int32(types.float32), codegen
+
+        _FLOAT32_BITS = bits
+    return _FLOAT32_BITS  # type: ignore[no-any-return]

@@ -133,9 +133,13 @@ def _cast(source: Node, fact: Special) -> Special:
     return ORDINARY  # integers and booleans convert to finite floats
 
 
-def special_values(node: Node, params: Mapping[str, np.ndarray]) -> Special:
+def special_values(
+    node: Node, params: Mapping[str, np.ndarray], inputs: Mapping[str, Special] | None = None
+) -> Special:
     """What ``node`` may hold, with PARAM nodes' values from ``params`` (by name; a parameter
-    not found there may hold anything)."""
+    not found there may hold anything) and what the caller guarantees of INPUT nodes in
+    ``inputs`` (by name; an input not found there may hold anything)."""
+    facts = inputs or {}
     known: dict[Node, Special] = {}
     stack = [node]
     while stack:  # iterative post-order: graphs can be deeper than Python's recursion limit
@@ -148,13 +152,20 @@ def special_values(node: Node, params: Mapping[str, np.ndarray]) -> Special:
             stack.extend(pending)
             continue
         stack.pop()
-        known[current] = _fact(current, [known[i] for i in current.inputs], params)
+        known[current] = _fact(current, [known[i] for i in current.inputs], params, facts)
     return known[node]
 
 
-def _fact(node: Node, operands: list[Special], params: Mapping[str, np.ndarray]) -> Special:
+def _fact(
+    node: Node,
+    operands: list[Special],
+    params: Mapping[str, np.ndarray],
+    inputs: Mapping[str, Special],
+) -> Special:
     if node.dtype not in dt.FLOATS:
         return ORDINARY
+    if node.op is Op.INPUT:
+        return inputs.get(node.attr("name"), ANY)
     if node.op is Op.CONST:
         return of_values(node.attr("value").array)
     if node.op is Op.PARAM:
@@ -166,6 +177,8 @@ def _fact(node: Node, operands: list[Special], params: Mapping[str, np.ndarray])
     return ANY if rule is None else rule(node, operands)
 
 
-def may_be_nan(node: Node, params: Mapping[str, np.ndarray]) -> bool:
+def may_be_nan(
+    node: Node, params: Mapping[str, np.ndarray], inputs: Mapping[str, Special] | None = None
+) -> bool:
     """Whether ``node`` may hold a NaN (False only where none can reach it)."""
-    return special_values(node, params).nan
+    return special_values(node, params, inputs).nan

@@ -44,7 +44,7 @@ def levels(ensemble: Ensemble) -> int:
 #: Float32 split codes pay where the host's batch kernel compares each encoded value at least
 #: this many times per row: encoding one float64 value costs about what this many float32
 #: compares save over float64 ones (docs/exactness.md, *Float32 split codes*).
-SPLIT_CODES_MIN_COMPARES = 150
+SPLIT_CODES_MIN_COMPARES = 80
 #: Trees of up to this many leaves are compared whole by the batch kernel's bit-vectors; larger
 #: ones their top levels, then walked (lazy/forest_bits.py).
 WHOLE_TREE_LEAVES = 2 * WORD_BITS

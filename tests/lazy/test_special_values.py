@@ -30,6 +30,17 @@ def test_inputs_may_hold_anything_and_integers_nothing_special() -> None:
     assert facts(lambda b, x: lz.ctz(lz.cast(x, "uint32"))) == ORDINARY
 
 
+def test_what_the_caller_guarantees_of_an_input_is_its_fact() -> None:
+    b = lz.Builder()
+    x, y = b.input("x", (), "float32"), b.input("y", (), "float32")
+    matrix = lz.concat([lz.expand_dims(x, 1), lz.expand_dims(y, 1)], axis=1)
+    filled = {"x": Special(nan=False, inf=True, zero=True)}
+    assert not special_values(x.node, b.params, filled).nan
+    assert special_values(y.node, b.params, filled) == ANY  # not named: anything
+    assert lz.may_be_nan(matrix.node, b.params, filled)
+    assert not lz.may_be_nan(matrix.node, b.params, {**filled, "y": filled["x"]})
+
+
 def test_an_imputer_removes_nan_in_either_spelling() -> None:
     fill = np.array([1.0, 2.0, 3.0], np.float32)
     imputed = facts(lambda b, x: lz.where(lz.isnan(x), b.param(fill, "fill"), x))
