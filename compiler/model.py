@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -14,6 +14,7 @@ from lazy.nan import nan_reaching_columns
 
 from .context import Context, check_fitted
 from .errors import SchemaError, UnsupportedError
+from .explain import BIAS, Explanation, attribute
 from .features import Features, Heads
 from .float32_inputs import Float32Inputs, arrives_float32
 from .float32_splits import SplitInputs
@@ -59,6 +60,10 @@ class Traced:
     split_inputs: SplitInputs | None = None
     #: What the fitted steps recorded of the raw columns, on their own input lines.
     recorded: tuple[Recorded, ...] = field(default=(), compare=False, repr=False)
+    #: With ``CompileOptions.explain``: a program of one output, ``contributions`` (B, R + 1, K)
+    #: float64, each input column's contribution to each raw output, then the bias
+    #: (:mod:`compiler.explain`).
+    explanation: lz.Program | None = field(default=None, compare=False, repr=False)
 
     @cached_property
     def statistics(self) -> tuple[ColumnStatistics, ...]:
@@ -96,7 +101,9 @@ def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None 
     builder = ctx.builder
     methods = _methods(estimator, heads, options)
     outputs = {m: heads.outputs[m] for m in methods}
+    contributions = _contributions(estimator, heads, ctx) if options.explain else None
     program = builder.build(outputs)
+    explanation = None if contributions is None else builder.build({"contributions": contributions})
     split_inputs = SplitInputs.of(
         {key: thresholds for key, (_, thresholds) in ctx.split_columns.items()}
     )
@@ -122,9 +129,30 @@ def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None 
     decisions = tuple(ctx.decisions)
     return Traced(
         program, ctx.schema, heads.classes, methods, report, splits, dtype, decisions,
-        split_inputs if split_inputs.keys else None, recorded(ctx.steps),
+        split_inputs if split_inputs.keys else None, recorded(ctx.steps), explanation,
     )  # fmt: skip
 
+
+def _contributions(estimator: Any, heads: Heads, ctx: Context) -> lz.LazyTensor:
+    """The explanation the final step traced, attributed to the input columns."""
+    explanation = heads.extra.get("explanation")
+    if not isinstance(explanation, Explanation):
+        raise UnsupportedError(
+            f"{type(estimator).__name__}: contributions are not supported for this model; "
+            "supported: tree ensembles (scikit-learn's trees, forests, gradient boosting and "
+            "histogram gradient boosting), alone or at the end of a pipeline"
+        )
+    return attribute(
+        explanation,
+        ctx.builder.params,
+        ctx.schema,
+        tuple(ctx.split_columns),
+        lambda value, name: ctx.param(value, name, dtype="float64"),
+    )
+
+
+#: The largest bucket of an explanation program (larger calls are chunked).
+EXPLAIN_ROWS = 128
 
 #: Traces of one model at most: the first, float64 input, a float64 segment, float64 splits,
 #: and slack.
@@ -331,6 +359,45 @@ class CompiledModel:
         """Where each bucket runs, once warm-up placed them (None on the interpreter)."""
         compiled = getattr(self, "compiled", None)
         return None if compiled is None else compiled.plan
+
+    @property
+    def contribution_columns(self) -> tuple[str, ...]:
+        """The columns of :meth:`contributions`: the input columns, then the bias."""
+        return (*self.schema.names, BIAS)
+
+    def contributions(self, data: Any) -> np.ndarray:
+        """Each row's contribution of every input column to the model's raw output (margin,
+        log-odds, regression value; a forest classifier's class probabilities), then the bias:
+        (n, R + 1), or (n, R + 1, K) for K raw outputs; each row sums to its raw output
+        (:attr:`contribution_columns` names the columns). Needs ``CompileOptions.explain``."""
+        runner = self._explainer()
+        feed, _ = self.encode(data)
+        out = runner(feed)["contributions"]
+        return out[:, :, 0] if out.shape[2] == 1 else out
+
+    def _explainer(self) -> Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]:
+        """The explanation program, compiled on first use: float64, on the device lowering
+        (elementwise arithmetic over rows, which XLA fuses), in buckets of at most
+        :data:`EXPLAIN_ROWS` rows (its per-tree values are (rows, leaves, path) arrays: small
+        blocks stay in cache)."""
+        explainer = getattr(self, "_explainer_runner", None)
+        if explainer is not None:
+            return explainer  # type: ignore[no-any-return]
+        program = self.traced.explanation
+        if program is None:
+            raise UnsupportedError(
+                "this model was compiled without explanations; compile it with "
+                "CompileOptions(explain=True)"
+            )
+        options = self.options
+        if options.backend == "interpreter":
+            explainer = lambda feed: lz.run_program(program, feed)  # noqa: E731
+        else:
+            rows = min(options.max_batch, EXPLAIN_ROWS)
+            lazy_options = replace(options, host_rows=0, max_batch=rows).lazy_options(float64=True)
+            explainer = lz.compile(program, lazy_options, options.cache, warmup=options.warmup)
+        self._explainer_runner = explainer
+        return explainer  # type: ignore[no-any-return]
 
     def run(self, data: Any) -> dict[str, np.ndarray]:
         """Every compiled head on ``data`` (rows: array, DataFrame, dict rows or columns)."""

@@ -32,6 +32,8 @@ class CompileOptions:
     encodes (:mod:`compiler.float32_splits`), deciding exactly as float64; None (the default)
     where the ensemble compares each encoded value often enough to pay for its encoding
     (:func:`compiler.trees.cost.split_codes_pay`, docs/exactness.md), True or False always.
+    ``explain``: trace the model's per-column contributions too (:mod:`compiler.explain`;
+    :meth:`CompiledModel.contributions` traces them on first use where this is False).
     """
 
     dtype: Literal["float32", "float64"] = "float32"
@@ -45,6 +47,7 @@ class CompileOptions:
     warmup: bool = True
     promote: bool = True
     split_codes: bool | None = None
+    explain: bool = False
     cache: Any = None  # a lazy.ExecutableCache; None: the process-wide default
     plan: lz.ExecutionPlan | None = None
 

@@ -39,6 +39,7 @@ from .node import Node
 from .ops import HOST_ONLY, SPECS, Op
 from .plan import DEVICE, HOST, ExecutionPlan, GraphPlan, Placement, PlanError
 from .program import Builder, GraphStage, HostStage, Program
+from .provenance import column_sources
 from .shapes import B
 from .special_values import Special, may_be_nan, special_values
 from .stats import CacheStats, CompileCause, RunStats
@@ -130,6 +131,7 @@ __all__ = [
     "argmax",
     "broadcast_to",
     "cast",
+    "column_sources",
     "compile",
     "concat",
     "const",

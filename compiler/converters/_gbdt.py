@@ -26,6 +26,7 @@ class TreeBuilder:
         self._right: list[int] = [-1]
         self._missing_left: list[bool] = [True]
         self._value: dict[int, tuple[int, float]] = {}
+        self._cover: dict[int, float] = {}
 
     def _new(self) -> int:
         self._feature.append(0)
@@ -47,6 +48,10 @@ class TreeBuilder:
     def leaf(self, node: int, k: int, value: float) -> None:
         self._value[node] = (k, value)
 
+    def cover(self, node: int, cover: float) -> None:
+        """Node ``node``'s training cover (data count or hessian sum), for TreeSHAP."""
+        self._cover[node] = cover
+
     def build(self, columns: np.ndarray | None = None) -> Tree:
         """The tree; ``columns[f]`` is the final column of provisional feature ``f``."""
         feature = np.asarray(self._feature, np.int64)
@@ -60,7 +65,14 @@ class TreeBuilder:
             right=np.asarray(self._right, np.int64),
             missing_left=np.asarray(self._missing_left, bool),
             value=value,
+            cover=self._covers(),
         )
+
+    def _covers(self) -> np.ndarray | None:
+        """Every node's cover, where the dump gave one for each (None otherwise)."""
+        if len(self._cover) != len(self._feature):
+            return None
+        return np.asarray([self._cover[n] for n in range(len(self._feature))], np.float64)
 
 
 def float32_from_text(texts: Iterable[str | float | int]) -> np.ndarray:

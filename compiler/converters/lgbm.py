@@ -40,8 +40,8 @@ from ..features import Features, Heads
 from ..precision import Precision
 from ..registry import register
 from ..schema import Vocabulary
-from ..trees import Ensemble, leaf_sum_on
-from ..trees.folding import FLOAT64_SPLITS, record_thresholds
+from ..trees import Ensemble
+from ..trees.folding import FLOAT64_SPLITS, explained_leaf_sum_on, record_thresholds
 from ._gbdt import TreeBuilder
 
 #: LightGBM's kZeroThreshold: a float literal (1e-35f) held in a double.
@@ -101,6 +101,9 @@ def _parse(dump: dict[str, Any], width: int) -> _Parsed:
         stack = [(info["tree_structure"], 0)]
         while stack:
             node, nid = stack.pop()
+            count = node.get("leaf_count", node.get("internal_count"))
+            if count is not None:
+                builder.cover(nid, float(count))
             if "leaf_value" in node:
                 if "leaf_coeff" in node:
                     raise UnsupportedError(
@@ -138,8 +141,9 @@ def _parse(dump: dict[str, Any], width: int) -> _Parsed:
     for position, key in enumerate(keys):
         columns[width + derived[key]] = width + position
     trees = tuple(b.build(columns) for b in builders)
+    players = (*range(width), *(key[1] for key in keys))
     return _Parsed(
-        Ensemble(trees, width + len(derived), float32_inputs=False),
+        Ensemble(trees, width + len(derived), float32_inputs=False, players=players),
         tuple(key[1] for key in keys if key[0] == "zero"),
         tuple((key[1], key[2]) for key in keys if key[0] == "cat"),
         rounds_zero,
@@ -278,14 +282,20 @@ def _category_codes_used(dump: dict[str, Any]) -> dict[int, int]:
     return used
 
 
-def _booster_output(booster: Any, features: Features, ctx: Context) -> lz.LazyTensor:
-    """``booster.predict``'s values (B, K): transformed raw scores."""
-    return _transform(*_raw_scores(booster, features, ctx))
+def _booster_output(
+    booster: Any, features: Features, ctx: Context
+) -> tuple[lz.LazyTensor, dict[str, object]]:
+    """``booster.predict``'s values (B, K): transformed raw scores; and the heads' ``extra``
+    explaining the raw scores (where traced)."""
+    raw, objective, extra = _raw_scores(booster, features, ctx)
+    return _transform(raw, objective), extra
 
 
-def _raw_scores(booster: Any, features: Features, ctx: Context) -> tuple[lz.LazyTensor, Objective]:
-    """``booster.predict(raw_score=True)``'s values (B, K), and the objective transforming
-    them."""
+def _raw_scores(
+    booster: Any, features: Features, ctx: Context
+) -> tuple[lz.LazyTensor, Objective, dict[str, object]]:
+    """``booster.predict(raw_score=True)``'s values (B, K), the objective transforming them,
+    and the heads' ``extra`` explaining them (where traced)."""
     dump = booster.dump_model()
     if dump.get("pandas_categorical"):
         features = _pandas_codes(dump, features, ctx)
@@ -308,7 +318,8 @@ def _raw_scores(booster: Any, features: Features, ctx: Context) -> tuple[lz.Lazy
     # A zero-as-missing copy of a raw column decides where that column does (the gate's probes).
     copies = [features.sources[f] for f in parsed.zero]
     record_thresholds(parsed.ensemble, [None] * features.width + copies, ctx)
-    return leaf_sum_on(parsed.ensemble, decision, ctx), objective
+    raw, explanation = explained_leaf_sum_on(parsed.ensemble, decision, ctx)
+    return raw, objective, ({} if explanation is None else {"explanation": explanation})
 
 
 def _zero_band(v: np.ndarray) -> np.ndarray:
@@ -345,7 +356,8 @@ _PRECISION = Precision(
     precision=_PRECISION,
 )
 def lightgbm_booster(booster: Any, features: Features, ctx: Context) -> Heads:
-    return Heads({"predict": _squeeze(_booster_output(booster, features, ctx))})
+    out, extra = _booster_output(booster, features, ctx)
+    return Heads({"predict": _squeeze(out)}, extra=extra)
 
 
 @register(
@@ -368,7 +380,7 @@ def lightgbm_regressor(est: Any, features: Features, ctx: Context) -> Heads:
     precision=_PRECISION,
 )
 def lightgbm_classifier(est: Any, features: Features, ctx: Context) -> Heads:
-    raw, objective = _raw_scores(est.booster_, features, ctx)
+    raw, objective, extra = _raw_scores(est.booster_, features, ctx)
     out = _transform(raw, objective)
     if out.shape[1] == 1:
         proba = binary_proba(_squeeze(out))
@@ -384,4 +396,4 @@ def lightgbm_classifier(est: Any, features: Features, ctx: Context) -> Heads:
     heads = {"predict_proba": proba, "predict": lz.argmax(proba, axis=1)}
     if hasattr(est, "decision_function"):
         heads["decision_function"] = _squeeze(raw)
-    return Heads(heads, classes=est.classes_)
+    return Heads(heads, classes=est.classes_, extra=extra)

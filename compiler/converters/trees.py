@@ -7,6 +7,7 @@ path lengths) and lets :func:`~compiler.trees.leaf_sum` pick the tree strategy.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -39,10 +40,11 @@ import lazy as lz
 from ..blocks import binary_proba, decision_heads
 from ..context import Context
 from ..errors import UnsupportedError
+from ..explain import Explanation
 from ..features import Features, Heads
 from ..registry import register, unsupported_param
 from ..trees import Ensemble, from_hist_predictor, from_sklearn_tree, leaf_sum_on
-from ..trees.folding import FLOAT32_SPLITS, FLOAT64_SPLITS
+from ..trees.folding import FLOAT32_SPLITS, FLOAT64_SPLITS, explained_leaf_sum_on
 
 _SINGLE = (DecisionTreeClassifier, DecisionTreeRegressor, ExtraTreeClassifier, ExtraTreeRegressor)
 
@@ -53,6 +55,11 @@ def _members(est: Any) -> list[Any]:
 
 def _squeeze(out: lz.LazyTensor) -> lz.LazyTensor:
     return lz.reshape(out, (lz.B,)) if out.shape[1] == 1 else out
+
+
+def _explained(explanation: Explanation | None) -> dict[str, object]:
+    """Heads' ``extra`` carrying an explanation of the raw output, where one was traced."""
+    return {} if explanation is None else {"explanation": explanation}
 
 
 # --- decision trees and forests -----------------------------------------------------------------
@@ -78,9 +85,12 @@ def forest_classifier(est: Any, features: Features, ctx: Context) -> Heads:
     trees = tuple(
         from_sklearn_tree(m.tree_, m.tree_.value[:, 0, :] / len(members)) for m in members
     )
-    proba = leaf_sum_on(Ensemble(trees, features.width, float32_inputs=True), features, ctx)
+    ensemble = Ensemble(trees, features.width, float32_inputs=True)
+    proba, explanation = explained_leaf_sum_on(ensemble, features, ctx)
     return Heads(
-        {"predict_proba": proba, "predict": lz.argmax(proba, axis=1)}, classes=est.classes_
+        {"predict_proba": proba, "predict": lz.argmax(proba, axis=1)},
+        classes=est.classes_,
+        extra=_explained(explanation),
     )
 
 
@@ -98,8 +108,9 @@ def forest_regressor(est: Any, features: Features, ctx: Context) -> Heads:
     trees = tuple(
         from_sklearn_tree(m.tree_, m.tree_.value[:, :, 0] / len(members)) for m in members
     )
-    out = leaf_sum_on(Ensemble(trees, features.width, float32_inputs=True), features, ctx)
-    return Heads({"predict": _squeeze(out)})
+    ensemble = Ensemble(trees, features.width, float32_inputs=True)
+    out, explanation = explained_leaf_sum_on(ensemble, features, ctx)
+    return Heads({"predict": _squeeze(out)}, extra=_explained(explanation))
 
 
 # --- gradient boosting --------------------------------------------------------------------------
@@ -122,8 +133,11 @@ def _constant_init(est: Any) -> np.ndarray:
     return np.asarray(est._raw_predict_init(probe), np.float64)[0]
 
 
-def _gradient_boosting(est: Any, features: Features, ctx: Context) -> lz.LazyTensor:
-    """The raw predictions (B, K): init + learning_rate × the sum of the stages' trees."""
+def _gradient_boosting(
+    est: Any, features: Features, ctx: Context
+) -> tuple[lz.LazyTensor, dict[str, object]]:
+    """The raw predictions (B, K): init + learning_rate × the sum of the stages' trees; and the
+    heads' ``extra`` explaining them (where traced)."""
     stages, k = est.estimators_.shape
     trees = []
     for i in range(stages):
@@ -133,9 +147,10 @@ def _gradient_boosting(est: Any, features: Features, ctx: Context) -> lz.LazyTen
             value[:, j] = est.learning_rate * tree.value[:, 0, 0]
             trees.append(from_sklearn_tree(tree, value))
     ensemble = Ensemble(tuple(trees), features.width, float32_inputs=True)
-    raw = leaf_sum_on(ensemble, features, ctx)
+    raw, explanation = explained_leaf_sum_on(ensemble, features, ctx)
     init = _constant_init(est)
-    return raw + ctx.param(init, "init") if np.any(init != 0) else raw
+    extra = _explained(explanation and explanation.shifted(init))
+    return (raw + ctx.param(init, "init") if np.any(init != 0) else raw), extra
 
 
 @register(
@@ -145,7 +160,8 @@ def _gradient_boosting(est: Any, features: Features, ctx: Context) -> lz.LazyTen
     limits="init: the default Dummy estimator or 'zero'",
 )
 def gradient_boosting_regressor(est: Any, features: Features, ctx: Context) -> Heads:
-    return Heads({"predict": _squeeze(_gradient_boosting(est, features, ctx))})
+    raw, extra = _gradient_boosting(est, features, ctx)
+    return Heads({"predict": _squeeze(raw)}, extra=extra)
 
 
 @register(
@@ -156,9 +172,10 @@ def gradient_boosting_regressor(est: Any, features: Features, ctx: Context) -> H
     "estimator or 'zero'",
 )
 def gradient_boosting_classifier(est: Any, features: Features, ctx: Context) -> Heads:
-    raw = _gradient_boosting(est, features, ctx)
+    raw, extra = _gradient_boosting(est, features, ctx)
     if raw.shape[1] > 1:
-        return decision_heads(raw, est.classes_, predict_proba=lz.softmax(raw, axis=1))
+        heads = decision_heads(raw, est.classes_, predict_proba=lz.softmax(raw, axis=1))
+        return dataclasses.replace(heads, extra=extra)
     decision = _squeeze(raw)
     # exponential loss: p = expit(2 · raw); binary log_loss: p = expit(raw).
     logit = decision * 2.0 if est.loss == "exponential" else decision
@@ -169,6 +186,7 @@ def gradient_boosting_classifier(est: Any, features: Features, ctx: Context) -> 
             "predict": lz.cast(decision >= 0.0, "int32"),  # scikit-learn: raw >= 0 → class 1
         },
         classes=est.classes_,
+        extra=extra,
     )
 
 
@@ -205,8 +223,11 @@ def _hist_inputs(est: Any, features: Features, ctx: Context) -> tuple[Features, 
     return values, max(max(known), 1)
 
 
-def _hist_gradient_boosting(est: Any, features: Features, ctx: Context) -> lz.LazyTensor:
-    """The raw predictions (B, K): baseline + the sum of every iteration's trees."""
+def _hist_gradient_boosting(
+    est: Any, features: Features, ctx: Context
+) -> tuple[lz.LazyTensor, dict[str, object]]:
+    """The raw predictions (B, K): baseline + the sum of every iteration's trees; and the
+    heads' ``extra`` explaining them (where traced)."""
     x, n_categories = _hist_inputs(est, features, ctx)
     k = est.n_trees_per_iteration_
     trees = tuple(
@@ -223,9 +244,11 @@ def _hist_gradient_boosting(est: Any, features: Features, ctx: Context) -> lz.La
     if not trees:  # stopped before the first iteration: the baseline alone
         raise UnsupportedError(f"{type(est).__name__} has no trees (n_iter_ == 0)")
     # HistGradientBoosting compares float64 values: no float32 rounding of the thresholds.
-    raw = leaf_sum_on(Ensemble(trees, x.width, float32_inputs=False), x, ctx)
+    ensemble = Ensemble(trees, x.width, float32_inputs=False)
+    raw, explanation = explained_leaf_sum_on(ensemble, x, ctx)
     baseline = np.asarray(est._baseline_prediction, np.float64).reshape(-1)
-    return raw + ctx.param(baseline, "baseline") if np.any(baseline != 0) else raw
+    extra = _explained(explanation and explanation.shifted(baseline))
+    return (raw + ctx.param(baseline, "baseline") if np.any(baseline != 0) else raw), extra
 
 
 @register(
@@ -241,8 +264,9 @@ def hist_gradient_boosting_regressor(est: Any, features: Features, ctx: Context)
     link = est._loss.link
     if not isinstance(link, IdentityLink | LogLink):
         raise unsupported_param(est, "loss", est.loss, "a loss with identity or log link")
-    raw = _squeeze(_hist_gradient_boosting(est, features, ctx))
-    return Heads({"predict": lz.exp(raw) if isinstance(link, LogLink) else raw})
+    raw, extra = _hist_gradient_boosting(est, features, ctx)
+    raw = _squeeze(raw)
+    return Heads({"predict": lz.exp(raw) if isinstance(link, LogLink) else raw}, extra=extra)
 
 
 @register(
@@ -257,14 +281,15 @@ def hist_gradient_boosting_regressor(est: Any, features: Features, ctx: Context)
 def hist_gradient_boosting_classifier(est: Any, features: Features, ctx: Context) -> Heads:
     if not isinstance(est._loss, HalfBinomialLoss | HalfMultinomialLoss):
         raise unsupported_param(est, "loss", est.loss, "log_loss")
-    raw = _hist_gradient_boosting(est, features, ctx)
+    raw, extra = _hist_gradient_boosting(est, features, ctx)
     if raw.shape[1] == 1:
         decision = _squeeze(raw)
         proba = binary_proba(lz.sigmoid(decision))
     else:
         decision, proba = raw, lz.softmax(raw, axis=1)
     # scikit-learn: binary raw > 0 → class 1, multiclass first argmax: as decision_heads.
-    return decision_heads(decision, est.classes_, predict_proba=proba)
+    heads = decision_heads(decision, est.classes_, predict_proba=proba)
+    return dataclasses.replace(heads, extra=extra)
 
 
 # --- isolation forest ---------------------------------------------------------------------------

@@ -27,8 +27,8 @@ from ..context import Context
 from ..errors import UnsupportedError
 from ..features import Features, Heads
 from ..registry import register, unsupported_param
-from ..trees import Ensemble, Tree, leaf_sum_on
-from ..trees.folding import FLOAT32_SPLITS
+from ..trees import Ensemble, Tree
+from ..trees.folding import FLOAT32_SPLITS, explained_leaf_sum_on
 from ._gbdt import TreeBuilder, float32_from_text
 from ._xgb_categorical import category_values, membership, trained_categories, vocabulary
 
@@ -114,12 +114,15 @@ def _trees(model: dict[str, Any], k: int, rounds: int | None, width: int) -> _Pa
         categorical = [int(v) == 1 for v in tree["split_type"]]
         sets = _categories(tree) if any(categorical) else {}
         condition = float32_from_text(tree["split_conditions"])
+        hessians = [float(v) for v in tree.get("sum_hessian", ())]
         # x < c ⟺ x <= the float32 just below c (inputs are float32 too).
         below = np.nextafter(condition, np.float32(-np.inf))
         builder = TreeBuilder(k)
         stack = [(0, 0)]  # (source node, built node)
         while stack:
             node, nid = stack.pop()
+            if hessians:
+                builder.cover(nid, hessians[node])
             if left[node] < 0:
                 builder.leaf(nid, int(k_tree), float(condition[node]))
                 continue
@@ -172,8 +175,9 @@ def _learner(booster: Any) -> dict[str, Any]:
 
 def _booster_output(
     learner: dict[str, Any], features: Features, ctx: Context, rounds: int | None
-) -> lz.LazyTensor:
-    """(B, K): the objective's transform of base margin + leaves, as ``predict`` gives it."""
+) -> tuple[lz.LazyTensor, dict[str, object]]:
+    """(B, K): the objective's transform of base margin + leaves, as ``predict`` gives it; and
+    the heads' ``extra`` explaining the margin (where traced)."""
     booster_kind = learner["gradient_booster"]["name"]
     if booster_kind != "gbtree":
         raise UnsupportedError(
@@ -198,7 +202,11 @@ def _booster_output(
     base = float32_from_text(str(param["base_score"]).strip("[]").split(","))
     margin = np.broadcast_to(_margin(base, objective), (k,)).astype(np.float32)
     ensemble = Ensemble(
-        (*_base_margin(margin), *parsed.trees), int(x.shape[1]), float32_inputs=True, in_order=True
+        (*_base_margin(margin), *parsed.trees),
+        int(x.shape[1]),
+        float32_inputs=True,
+        in_order=True,
+        players=(*range(features.width), *read),
     )
     # The input columns keep their maps (computed features fold onto raw float64 columns). A
     # membership column tests float32 of its input as XGBoost stores it, or a category code:
@@ -215,17 +223,18 @@ def _booster_output(
         exact=exact,
     )
     ctx.note(f"objective: {objective}")
-    raw = leaf_sum_on(ensemble, decision, ctx)
+    raw, explanation = explained_leaf_sum_on(ensemble, decision, ctx)
+    extra: dict[str, object] = {} if explanation is None else {"explanation": explanation}
     if objective in _IDENTITY:
-        return raw
+        return raw, extra
     if objective in _LOGISTIC:
-        return lz.sigmoid(raw)
+        return lz.sigmoid(raw), extra
     if objective in _EXP:
-        return lz.exp(raw)
+        return lz.exp(raw), extra
     if objective == "multi:softprob":
-        return lz.softmax(raw, axis=1)
+        return lz.softmax(raw, axis=1), extra
     if objective == "multi:softmax":  # the class index, as a float
-        return lz.reshape(lz.cast(lz.argmax(raw, axis=1), ctx.dtype), (lz.B, 1))
+        return lz.reshape(lz.cast(lz.argmax(raw, axis=1), ctx.dtype), (lz.B, 1)), extra
     raise UnsupportedError(
         f"XGBoost objective {objective!r} is not supported; supported: {', '.join(OBJECTIVES)}"
     )
@@ -235,8 +244,11 @@ def _squeeze(out: lz.LazyTensor) -> lz.LazyTensor:
     return lz.reshape(out, (lz.B,)) if out.shape[1] == 1 else out
 
 
-def _wrapped(est: Any, learner: dict[str, Any], features: Features, ctx: Context) -> lz.LazyTensor:
-    """A scikit-learn wrapper's output: its booster up to the best iteration, if recorded."""
+def _wrapped(
+    est: Any, learner: dict[str, Any], features: Features, ctx: Context
+) -> tuple[lz.LazyTensor, dict[str, object]]:
+    """A scikit-learn wrapper's output: its booster up to the best iteration, if recorded (and
+    the heads' ``extra``, as :func:`_booster_output`)."""
     if callable(est.objective):
         raise unsupported_param(est, "objective", est.objective, "a built-in objective")
     if not (isinstance(est.missing, float) and np.isnan(est.missing)):
@@ -255,8 +267,8 @@ _LIMITS = (
 @register(xgboost.Booster, methods=("predict",), limits=_LIMITS, exactness=_EXACTNESS)
 def xgboost_booster(booster: Any, features: Features, ctx: Context) -> Heads:
     # Booster.predict takes a DMatrix; its `missing` is the DMatrix's (NaN by default).
-    out = _squeeze(_booster_output(_learner(booster), features, ctx, None))
-    return Heads({"predict": out}, extra={"accepts_nan": True})
+    out, extra = _booster_output(_learner(booster), features, ctx, None)
+    return Heads({"predict": _squeeze(out)}, extra={**extra, "accepts_nan": True})
 
 
 @register(
@@ -268,7 +280,8 @@ def xgboost_booster(booster: Any, features: Features, ctx: Context) -> Heads:
 )
 def xgboost_regressor(est: Any, features: Features, ctx: Context) -> Heads:
     learner = _learner(est.get_booster())
-    return Heads({"predict": _squeeze(_wrapped(est, learner, features, ctx))})
+    out, extra = _wrapped(est, learner, features, ctx)
+    return Heads({"predict": _squeeze(out)}, extra=extra)
 
 
 @register(
@@ -281,7 +294,7 @@ def xgboost_classifier(est: Any, features: Features, ctx: Context) -> Heads:
     learner = _learner(est.get_booster())
     if learner["objective"]["name"] == "multi:softmax":  # its predict_proba raises
         raise unsupported_param(est, "objective", "multi:softmax", "multi:softprob")
-    out = _wrapped(est, learner, features, ctx)
+    out, extra = _wrapped(est, learner, features, ctx)
     if out.shape[1] == 1:
         p = _squeeze(out)
         # XGBClassifier.predict: class 1 where the (transformed) output exceeds 0.5.
@@ -293,4 +306,4 @@ def xgboost_classifier(est: Any, features: Features, ctx: Context) -> Heads:
             f"XGBClassifier: {out.shape[1]} outputs for {len(est.classes_)} classes is not "
             "supported; supported: one output (binary) or one per class (3 or more classes)"
         )
-    return Heads(heads, classes=est.classes_)
+    return Heads(heads, classes=est.classes_, extra=extra)

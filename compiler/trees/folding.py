@@ -28,10 +28,12 @@ import numpy as np
 import lazy as lz
 
 from ..context import Context
+from ..explain import Explanation
 from ..features import ColumnMap, Features
 from ..monotone import Test, answers_differ, computed_as_source, fold, raw_matrix
 from .cost import split_codes_pay
 from .model import Ensemble, Tree
+from .shap import tree_contributions
 from .strategies import leaf_sum
 
 #: docs/operators.md's exactness notes of the tree families (``register(..., exactness=...)``).
@@ -174,5 +176,17 @@ def _fold_trees(
 def leaf_sum_on(ensemble: Ensemble, features: Features, ctx: Context) -> lz.LazyTensor:
     """(B, K): :func:`~.strategies.leaf_sum` of ``ensemble`` over ``features``, its splits made
     exact by :func:`exact_splits` where they can be."""
-    ensemble, x = exact_splits(ensemble, features, ctx)
-    return leaf_sum(ensemble, x, ctx)
+    return explained_leaf_sum_on(ensemble, features, ctx)[0]
+
+
+def explained_leaf_sum_on(
+    ensemble: Ensemble, features: Features, ctx: Context
+) -> tuple[lz.LazyTensor, Explanation | None]:
+    """:func:`leaf_sum_on`, and where the options ask for explanations (``explain``), the
+    TreeSHAP contributions of the features to it (:mod:`.shap`), decided as it decides."""
+    folded, x = exact_splits(ensemble, features, ctx)
+    raw = leaf_sum(folded, x, ctx)
+    if not ctx.options.explain:
+        return raw, None
+    contributions, expected = tree_contributions(ensemble, folded, x, ctx)
+    return raw, Explanation(contributions, expected, features.values, ctx.path)

@@ -25,6 +25,10 @@ class Tree:
     Categorical splits (optional): at a node with ``is_categorical``, the feature holds an integer
     category code c and goes left iff ``category_left[node, c]``; NaN, and a code outside the
     table, is missing (left iff ``missing_left``). Only the traversal strategy evaluates them.
+
+    ``cover`` (optional): each node's share of the training data as the source records it
+    (sample weight, count or hessian sum), which path-dependent TreeSHAP weighs the branches a
+    row does not take by (:mod:`.shap`).
     """
 
     feature: np.ndarray  # (n,) int64
@@ -35,9 +39,12 @@ class Tree:
     value: np.ndarray  # (n, K) float64; read at leaves only
     is_categorical: np.ndarray | None = None  # (n,) bool
     category_left: np.ndarray | None = None  # (n, C) bool
+    cover: np.ndarray | None = None  # (n,) float64
 
     def __post_init__(self) -> None:
         n = len(self.feature)
+        if self.cover is not None and len(self.cover) != n:
+            raise ValueError("tree arrays disagree in length: cover")
         for name in ("threshold", "left", "right", "missing_left"):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"tree arrays disagree in length: {name}")
@@ -105,6 +112,10 @@ class Ensemble:
     n_features: int
     float32_inputs: bool
     in_order: bool = False
+    #: The source's own feature behind each feature the splits read (None: each is its own).
+    #: LightGBM and XGBoost read derived columns (zero-as-missing copies, category membership)
+    #: that the source explains as the feature they derive from (:mod:`.shap`).
+    players: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.trees:
@@ -112,6 +123,12 @@ class Ensemble:
         widths = {t.value.shape[1] for t in self.trees}
         if len(widths) != 1:
             raise ValueError(f"trees disagree in output width: {sorted(widths)}")
+        if self.players is not None and len(self.players) != self.n_features:
+            raise ValueError(f"{len(self.players)} players for {self.n_features} features")
+
+    def player(self, feature: int) -> int:
+        """The source's feature behind split feature ``feature``."""
+        return feature if self.players is None else self.players[feature]
 
     @property
     def n_outputs(self) -> int:
@@ -174,6 +191,7 @@ def from_sklearn_tree(tree: Any, value: np.ndarray, feature_map: np.ndarray | No
         right=np.where(leaf, -1, np.asarray(tree.children_right, np.int64)),
         missing_left=np.where(leaf, True, np.asarray(tree.missing_go_to_left, bool)),
         value=np.asarray(value, np.float64).reshape(len(left), -1),
+        cover=np.asarray(tree.weighted_n_node_samples, np.float64),
     )
 
 
@@ -210,4 +228,5 @@ def from_hist_predictor(
         value=value,
         is_categorical=is_categorical,
         category_left=category_left,
+        cover=np.asarray(nodes["count"], np.float64),
     )

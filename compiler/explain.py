@@ -1,0 +1,97 @@
+"""Per-column contributions: what an explainable converter hands over, and their attribution
+to the raw input columns a client sent.
+
+A converter that can explain its raw output (a tree ensemble's margin, say) puts an
+:class:`Explanation` in its heads' ``extra``: per column of the feature matrix it reads, each
+row's contribution to each raw output, and the expected value they add to. The compiled model
+answers in terms of the *input* columns instead: a one-hot column's contribution is its string
+column's, a scaled or imputed column's the raw one's. :func:`attribute` finds each feature
+column's input column by reading the graph (:func:`lazy.column_sources`), so every converter
+that keeps columns apart is attributed without knowing about it; a feature computed from two
+input columns (a PCA component, a product) cannot be split between them and is refused, naming
+it. The contributions of the input columns and the bias then sum to the raw output of each row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+import lazy as lz
+
+from .errors import UnsupportedError
+from .float32_splits import INPUT_PREFIX as SPLIT_INPUT_PREFIX
+from .float32_splits import Key
+from .schema import InputSchema
+
+#: The name of the bias column, after the input columns.
+BIAS = "bias"
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Contributions (B, F, K) float64 of the first F columns of ``features`` to each of K raw
+    outputs, which with ``expected`` (K,) sum to the outputs; ``where``: the step."""
+
+    contributions: lz.LazyTensor
+    expected: np.ndarray
+    features: lz.LazyTensor
+    where: str
+
+    def shifted(self, offset: np.ndarray | float) -> Explanation:
+        """The same for outputs ``offset`` higher (an initial score, a baseline)."""
+        shift = np.broadcast_to(np.asarray(offset, np.float64), self.expected.shape)
+        return replace(self, expected=self.expected + shift)
+
+
+def attribute(
+    explanation: Explanation,
+    params: Mapping[str, np.ndarray],
+    schema: InputSchema,
+    split_keys: Sequence[Key],
+    param: Callable[[np.ndarray, str], lz.LazyTensor],
+) -> lz.LazyTensor:
+    """(B, R + 1, K) float64: each row's contributions by input column (the schema's R, in its
+    order), then the bias (the expected value, and any feature computed from no input).
+    ``param``: makes a float64 graph parameter of a value and a name."""
+    contributions = explanation.contributions
+    width = int(contributions.shape[1])
+    sources = lz.column_sources(explanation.features.node, params)[:width]
+    inputs = {"x": None, **{schema.code_input(j): j for j in schema.vocabularies}}
+    n_columns = len(schema.columns)
+    placement = np.zeros((width, n_columns + 1))
+    for j, found in enumerate(sources):
+        columns = set()
+        for name, column in found:
+            if name == "x":
+                columns.add(column)
+            elif name in inputs:
+                columns.add(inputs[name])
+            elif name.startswith(SPLIT_INPUT_PREFIX):
+                columns.add(split_keys[int(name[len(SPLIT_INPUT_PREFIX) :])][0])
+            else:
+                raise UnsupportedError(
+                    f"{explanation.where}: feature {j} is computed from the graph input "
+                    f"{name!r}, which is no input column"
+                )
+        if len(columns) > 1:
+            names = [schema.columns[c].name for c in sorted(columns)]
+            raise UnsupportedError(
+                f"{explanation.where}: contributions are given per input column, but feature "
+                f"{j} is computed from several ({names}); supported: features each computed "
+                "from one input column (scalers, imputers, encoders, binning, one-hot)"
+            )
+        placement[j, columns.pop() if columns else n_columns] = 1.0
+    place = param(placement, "contribution_columns")
+    bias = np.zeros((len(explanation.expected), n_columns + 1))
+    bias[:, n_columns] = explanation.expected
+    per_output = [
+        lz.expand_dims(
+            lz.matmul(contributions[:, :, k], place) + param(bias[k], f"contribution_bias_{k}"),
+            2,
+        )
+        for k in range(int(contributions.shape[2]))
+    ]
+    return per_output[0] if len(per_output) == 1 else lz.concat(per_output, axis=2)
