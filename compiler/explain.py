@@ -52,10 +52,11 @@ def attribute(
     schema: InputSchema,
     split_keys: Sequence[Key],
     param: Callable[[np.ndarray, str], lz.LazyTensor],
-) -> lz.LazyTensor:
+) -> tuple[lz.LazyTensor, dict[str, list[int]]]:
     """(B, R + 1, K) float64: each row's contributions by input column (the schema's R, in its
-    order), then the bias (the expected value, and any feature computed from no input).
-    ``param``: makes a float64 graph parameter of a value and a name."""
+    order), then the bias (the expected value, and any feature computed from no input); and
+    each of those columns → the features summed into it (for the compile report). ``param``:
+    makes a float64 graph parameter of a value and a name."""
     contributions = explanation.contributions
     width = int(contributions.shape[1])
     sources = lz.column_sources(explanation.features.node, params)[:width]
@@ -94,4 +95,11 @@ def attribute(
         )
         for k in range(int(contributions.shape[2]))
     ]
-    return per_output[0] if len(per_output) == 1 else lz.concat(per_output, axis=2)
+    names = [*(c.name for c in schema.columns), BIAS]
+    summed = {
+        names[c]: [int(j) for j in np.flatnonzero(placement[:, c])]
+        for c in range(n_columns + 1)
+        if placement[:, c].any()
+    }
+    table = per_output[0] if len(per_output) == 1 else lz.concat(per_output, axis=2)
+    return table, summed

@@ -101,7 +101,9 @@ def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None 
     builder = ctx.builder
     methods = _methods(estimator, heads, options)
     outputs = {m: heads.outputs[m] for m in methods}
-    contributions = _contributions(estimator, heads, ctx) if options.explain else None
+    contributions = None
+    if options.explain:
+        contributions, ctx.report.contributions = _contributions(estimator, heads, ctx)
     program = builder.build(outputs)
     explanation = None if contributions is None else builder.build({"contributions": contributions})
     split_inputs = SplitInputs.of(
@@ -133,8 +135,11 @@ def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None 
     )  # fmt: skip
 
 
-def _contributions(estimator: Any, heads: Heads, ctx: Context) -> lz.LazyTensor:
-    """The explanation the final step traced, attributed to the input columns."""
+def _contributions(
+    estimator: Any, heads: Heads, ctx: Context
+) -> tuple[lz.LazyTensor, dict[str, list[int]]]:
+    """The explanation the final step traced, attributed to the input columns (and which
+    features each column sums)."""
     explanation = heads.extra.get("explanation")
     if not isinstance(explanation, Explanation):
         raise UnsupportedError(
@@ -370,16 +375,25 @@ class CompiledModel:
         log-odds, regression value; a forest classifier's class probabilities), then the bias:
         (n, R + 1), or (n, R + 1, K) for K raw outputs; each row sums to its raw output
         (:attr:`contribution_columns` names the columns). Needs ``CompileOptions.explain``."""
-        runner = self._explainer()
         feed, _ = self.encode(data)
-        out = runner(feed)["contributions"]
+        out = self.explain_encoded(feed)["contributions"]
         return out[:, :, 0] if out.shape[2] == 1 else out
 
+    @property
+    def explains(self) -> bool:
+        """Whether :meth:`contributions` can answer (compiled with ``explain``)."""
+        return self.traced.explanation is not None
+
+    def explain_encoded(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Device phase of :meth:`contributions` on already-encoded inputs (:meth:`encode`):
+        ``{"contributions": (B, R + 1, K)}``, the explanation compiled on first use."""
+        return dict(self._explainer()(feed))
+
     def _explainer(self) -> Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]:
-        """The explanation program, compiled on first use: float64, on the device lowering
-        (elementwise arithmetic over rows, which XLA fuses), in buckets of at most
-        :data:`EXPLAIN_ROWS` rows (its per-tree values are (rows, leaves, path) arrays: small
-        blocks stay in cache)."""
+        """The explanation program, compiled on first use: float64, in buckets of at most
+        :data:`EXPLAIN_ROWS` rows (the device formulation's per-tree values are (rows, leaves,
+        path) arrays: small blocks stay in cache), each placed on the host's native kernel or
+        the device by warm-up timing, as any graph's buckets are."""
         explainer = getattr(self, "_explainer_runner", None)
         if explainer is not None:
             return explainer  # type: ignore[no-any-return]
@@ -394,10 +408,22 @@ class CompiledModel:
             explainer = lambda feed: lz.run_program(program, feed)  # noqa: E731
         else:
             rows = min(options.max_batch, EXPLAIN_ROWS)
-            lazy_options = replace(options, host_rows=0, max_batch=rows).lazy_options(float64=True)
-            explainer = lz.compile(program, lazy_options, options.cache, warmup=options.warmup)
+            # Larger calls run in chunks of the top bucket (the model's call_rows is a multiple
+            # of its own max_batch, not necessarily of this one).
+            scaled = replace(options, max_batch=rows, call_rows=rows)
+            lazy_options = scaled.lazy_options(float64=True)
+            explainer = lz.compile(program, lazy_options, options.cache, warmup=False)
         self._explainer_runner = explainer
         return explainer  # type: ignore[no-any-return]
+
+    def warm_explanation(self) -> None:
+        """Compile (or load) and place every bucket of :meth:`contributions` now, largest first,
+        each on the host kernel or the device by timing (see ``lazy.CompiledGraph.warmup``), so
+        that no call compiles later: what a server does before a version is ready."""
+        explainer = self._explainer()
+        warmup = getattr(explainer, "warmup", None)
+        if warmup is not None:
+            warmup()
 
     def run(self, data: Any) -> dict[str, np.ndarray]:
         """Every compiled head on ``data`` (rows: array, DataFrame, dict rows or columns)."""

@@ -24,6 +24,9 @@ class CompileReport:
     graph_stages: int = 0
     parameters: int = 0  # number of fitted values passed to the device
     methods: tuple[str, ...] = ()
+    #: With explanations (``CompileOptions.explain``): each input column (and ``bias``) → the
+    #: features of the explained step whose contributions it sums (:mod:`compiler.explain`).
+    contributions: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def host_steps(self) -> list[str]:

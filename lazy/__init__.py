@@ -83,6 +83,7 @@ from .tensor import (
     variant,
     where,
 )
+from .treeshap import forest_shap
 from .verify import verify
 from .warm import warm_kernels
 
@@ -145,6 +146,7 @@ __all__ = [
     "expand_dims",
     "expm1",
     "floor",
+    "forest_shap",
     "forest_sum",
     "fori_loop",
     "get_backend",

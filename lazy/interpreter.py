@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from . import coupling, forest
+from . import coupling, forest, treeshap
 from . import dtypes as dt
 from .errors import InputError
 from .graph import Graph
@@ -176,6 +176,7 @@ RULES: dict[Op, Rule] = {
         *a, trees=n.attr("trees"), depth=n.attr("depth")
     ),
     Op.COUPLE: lambda n, a, ctx: _couple(n, a[0]),
+    Op.FOREST_SHAP: lambda n, a, ctx: treeshap.reference(*a, players=n.attr("players")),
     Op.SUM: lambda n, a, ctx: np.sum(a[0], axis=n.attr("axes"), keepdims=n.attr("keepdims")),
     Op.MAX: lambda n, a, ctx: np.max(a[0], axis=n.attr("axes"), keepdims=n.attr("keepdims")),
     Op.MIN: lambda n, a, ctx: np.min(a[0], axis=n.attr("axes"), keepdims=n.attr("keepdims")),

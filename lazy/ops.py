@@ -74,6 +74,7 @@ class Op(enum.Enum):
     UPDATE = "update"  # one index along an axis replaced (a dynamic update slice)
     FOREST_SUM = "forest_sum"  # the sum of the leaves a walk of node tables reaches (trees)
     COUPLE = "couple"  # class probabilities from pairwise ones, as libsvm couples them
+    FOREST_SHAP = "forest_shap"  # per-feature TreeSHAP contributions, leaf by leaf (trees)
     # reductions over non-batch axes
     SUM = "sum"
     MAX = "max"
@@ -544,6 +545,37 @@ def _forest_sum(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
     return TensorType((x.shape[0], value.shape[1]), value.dtype)
 
 
+def _forest_shap(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
+    x, column, threshold, right, player, zero, offsets, value, nodes, weights = types
+    players = attrs["players"]
+    if not isinstance(players, int) or players < 1:
+        raise ShapeError(f"FOREST_SHAP needs an integer players >= 1, got {players!r}")
+    if len(x.shape) != 2 or not is_batched(x.shape):
+        raise ShapeError(f"FOREST_SHAP reads rows × features, got {list(x.shape)}")
+    _require(Op.FOREST_SHAP, x.dtype, dt.FLOATS, "floating-point feature")
+    tables = (column, threshold, right, player, zero, offsets, value, nodes, weights)
+    if any(is_batched(t.shape) for t in tables):
+        raise RowMixingError("FOREST_SHAP reads unbatched leaf tables; these hold rows")
+    tests = (column, threshold, right)
+    if (
+        any(len(t.shape) != 2 or t.shape != column.shape for t in tests)
+        or any(len(t.shape) != 1 or t.shape[0] != column.shape[0] for t in (player, zero))
+        or len(offsets.shape) != 1
+        or any(len(t.shape) != 2 for t in (value, nodes, weights))
+        or nodes.shape != weights.shape
+        or offsets.shape[0] != value.shape[0] + 1
+        or nodes.shape[0] != value.shape[0]
+    ):
+        raise ShapeError(
+            "FOREST_SHAP needs (E, C) tests, (E,) players and zero fractions, (L + 1,) offsets, "
+            "(L, K) values and (L, Q) nodes and weights, got "
+            f"{[list(t.shape) for t in tables]}"
+        )
+    if threshold.dtype != x.dtype or right.dtype != "bool":
+        raise ShapeError("FOREST_SHAP thresholds take the features' dtype and directions bool")
+    return TensorType((x.shape[0], players, value.shape[1]), "float64")
+
+
 def _couple(types: Sequence[TensorType], attrs: Attrs) -> TensorType:
     (r,) = types
     classes = attrs["classes"]
@@ -620,6 +652,8 @@ def _build_table() -> dict[Op, OpSpec]:
     # Each row's pairwise probabilities (B, k(k-1)/2) → its k class probabilities, iterated row
     # by row (rows never mix, as in a LOOP); see lazy.couple.
     add(Op.COUPLE, 1, ("classes",), _couple, "control")
+    # Operands: rows (B, W), then the leaf tables (see lazy.forest_shap); (B, P, K) float64.
+    add(Op.FOREST_SHAP, 10, ("players",), _forest_shap, "gather")
     for op in (Op.SUM, Op.MAX, Op.MIN):
         add(op, 1, ("axes", "keepdims"), _reduction(dt.NUMERIC, "numeric")(op), "reduction")
     # Bitwise AND over axes (logical for bools); the empty AND is all ones.
@@ -655,5 +689,5 @@ SPECS: dict[Op, OpSpec] = _build_table()
 #: graph holds them only as the host formulation of a VARIANT, which the device never compiles:
 #: FOREST_SUM and COUPLE are native loops; the compiler's tree strategies and
 #: :func:`lazy.coupling.couple_loop` are their device formulations.
-HOST_ONLY: frozenset[Op] = frozenset({Op.FOREST_SUM, Op.COUPLE})
+HOST_ONLY: frozenset[Op] = frozenset({Op.FOREST_SUM, Op.COUPLE, Op.FOREST_SHAP})
 ELEMENTWISE_KINDS = frozenset({"unary", "binary", "compare", "logical", "select"})

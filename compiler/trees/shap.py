@@ -62,6 +62,8 @@ class PathTables:
     value: np.ndarray  # (T, L, K) float64
     #: The expected value (K,): each tree's leaves weighed by their covers.
     expected: np.ndarray
+    #: Each leaf's elements (T, L) (0 for padding leaves and single-leaf trees).
+    count: np.ndarray
 
 
 def _paths(tree: Tree) -> list[tuple[int, list[tuple[int, bool]]]]:
@@ -155,9 +157,10 @@ def path_tables(ensemble: Ensemble, folded: Ensemble, cols: SplitColumns, where:
     threshold = np.full((*grid, widest), np.inf)
     right = np.zeros((*grid, widest), bool)
     value = np.zeros((len(trees), n_leaves, ensemble.n_outputs))
+    count = np.zeros((len(trees), n_leaves), np.int64)
     for ti, (tree, tree_leaves) in enumerate(zip(trees, leaves, strict=True)):
         for li, (leaf, elements) in enumerate(tree_leaves):
-            value[ti, li] = tree.value[leaf]
+            value[ti, li], count[ti, li] = tree.value[leaf], len(elements)
             for mi, (p, z, tests) in enumerate(elements):
                 player[ti, li, mi], zero[ti, li, mi] = p, z
                 for ci, ((col, went_right), t) in enumerate(tests.items()):
@@ -165,7 +168,15 @@ def path_tables(ensemble: Ensemble, folded: Ensemble, cols: SplitColumns, where:
                     threshold[ti, li, mi, ci] = t
                     right[ti, li, mi, ci] = went_right
     return PathTables(
-        np.asarray(players, np.int64), player, zero, column, threshold, right, value, expected
+        np.asarray(players, np.int64),
+        player,
+        zero,
+        column,
+        threshold,
+        right,
+        value,
+        expected,
+        count,
     )
 
 
@@ -318,10 +329,53 @@ def tree_contributions(
             *shared,
         )
         by_output = [summed[:, j * n_players : (j + 1) * n_players] for j in range(k)]
-    # (B, P) per output → (B, F, K) on the features' positions.
+    device = lz.concat([lz.expand_dims(o, 2) for o in by_output], axis=2)  # (B, P, K)
+    by_player = lz.variant(device, _host(tables, cols, ctx))
+    # (B, P, K) → (B, F, K) on the features' positions.
     width = int(tables.players.max()) + 1
     placement = np.zeros((n_players, width))
     placement[np.arange(n_players), tables.players] = 1.0
     place = ctx.param(placement, "shap_placement", dtype="float64")
-    placed = [lz.expand_dims(lz.matmul(o, place), 2) for o in by_output]
+    placed = [lz.expand_dims(lz.matmul(by_player[:, :, j], place), 2) for j in range(k)]
     return lz.concat(placed, axis=2) if len(placed) > 1 else placed[0], tables.expected
+
+
+def _host(tables: PathTables, cols: SplitColumns, ctx: Context) -> lz.LazyTensor:
+    """The host formulation: one FOREST_SHAP (:mod:`lazy.forest_shap`, a native kernel over
+    blocks of rows) over the leaves that have elements, each with its own element count and
+    the quadrature of its own degree."""
+    used = tables.count.ravel() > 0
+    count = tables.count.ravel()[used]
+    depth = tables.player.shape[2]
+    real = (np.arange(depth)[None, None, :] < tables.count[:, :, None]).ravel()  # (T·L·M,)
+    widest = tables.column.shape[3]
+    q = -(-max(int(count.max(initial=1)), 1) // 2)
+    nodes = np.full((len(count), q), 0.5)
+    weights = np.zeros((len(count), q))
+    for m in np.unique(count):
+        t, w = quadrature(int(m))
+        nodes[count == m, : len(t)], weights[count == m, : len(t)] = t, w
+    offsets = np.concatenate([[0], np.cumsum(count)])
+    return lz.forest_shap(
+        cols.x,
+        ctx.param(
+            tables.column.reshape(-1, widest)[real].astype(np.int32),
+            "shap_host_column",
+            dtype="int32",
+        ),
+        ctx.param(
+            tables.threshold.reshape(-1, widest)[real], "shap_host_threshold", dtype=cols.dtype
+        ),
+        ctx.param(tables.right.reshape(-1, widest)[real], "shap_host_right", dtype="bool"),
+        ctx.param(tables.player.ravel()[real].astype(np.int32), "shap_host_player", dtype="int32"),
+        ctx.param(tables.zero.ravel()[real], "shap_host_zero", dtype="float64"),
+        ctx.param(offsets.astype(np.int32), "shap_host_offsets", dtype="int32"),
+        ctx.param(
+            tables.value.reshape(-1, tables.value.shape[2])[used],
+            "shap_host_value",
+            dtype="float64",
+        ),
+        ctx.param(nodes, "shap_host_nodes", dtype="float64"),
+        ctx.param(weights, "shap_host_weights", dtype="float64"),
+        players=len(tables.players),
+    )

@@ -37,7 +37,7 @@ import numpy as np
 import scipy
 import scipy.special
 
-from .. import coupling, forest, native
+from .. import coupling, forest, native, treeshap
 from ..dtypes import DTypePolicy
 from ..errors import BackendError
 from ..graph import Graph
@@ -128,6 +128,13 @@ def _forest_sum(n: Node, low: HostLowering) -> Kernel:
     if native.AVAILABLE:
         return forest.native(trees, depth)
     return partial(forest.reference, trees=trees, depth=depth)
+
+
+def _forest_shap(n: Node, low: HostLowering) -> Kernel:
+    players = n.attr("players")
+    if native.AVAILABLE:
+        return treeshap.native(players)
+    return partial(treeshap.reference, players=players)
 
 
 def _couple(n: Node, low: HostLowering) -> Kernel:
@@ -282,6 +289,7 @@ RULES: dict[Op, Binder] = {
     Op.TAKE_ALONG: _take_along,
     Op.FOREST_SUM: _forest_sum,
     Op.COUPLE: _couple,
+    Op.FOREST_SHAP: _forest_shap,
     Op.UPDATE: _update,
     Op.SUM: _reduce(np.add, typed=True),
     Op.MAX: _reduce(np.maximum),

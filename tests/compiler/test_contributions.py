@@ -31,8 +31,9 @@ from sklearn.tree import DecisionTreeRegressor
 import compiler
 from compiler.errors import UnsupportedError
 
-# Buckets compile on first use: a test scores one or two batch sizes.
-EXPLAIN = compiler.CompileOptions(explain=True, warmup=False)
+# The host's native kernel (buckets compile on first use: a test scores one or two batch
+# sizes); test_the_device_formulation_agrees runs the XLA graph.
+EXPLAIN = compiler.CompileOptions(explain=True, warmup=False, backend="numpy")
 
 
 def _with_nan(x: np.ndarray, seed: int = 0) -> np.ndarray:
@@ -215,6 +216,9 @@ def test_a_pipeline_is_explained_by_the_columns_a_client_sends(model: Any) -> No
     ).fit(df, y)
     compiled = compiler.compile(pipe, options=EXPLAIN)
     assert compiled.contribution_columns == ("count", "flag", "amount", "plan", "bias")
+    # The report names what each column sums: "plan" the one-hot columns the trees split on.
+    assert compiled.report.contributions["plan"]
+    assert set(compiled.report.contributions["plan"]) <= {3, 4, 5}
     rows = df.sample(500, random_state=1)
     got = compiled.contributions(rows)
     raw = _raw(pipe[-1], pipe[:-1].transform(rows))
@@ -230,6 +234,15 @@ def test_a_pipeline_is_explained_by_the_columns_a_client_sends(model: Any) -> No
         axis=1,
     )
     _assert_close(got[:, :-1], by_column, raw)
+
+
+def test_any_max_batch_explains_in_buckets_of_its_own() -> None:
+    """The explanation's buckets stop at 128 rows whatever the model's (200 is no power of two
+    times 128): larger calls run in chunks."""
+    x, y = load_diabetes(return_X_y=True)
+    model = GradientBoostingRegressor(n_estimators=10, random_state=0).fit(x, y)
+    options = compiler.CompileOptions(explain=True, backend="numpy", max_batch=200)
+    _assert_adds_up(compiler.compile(model, options=options).contributions(x), model.predict(x))
 
 
 def test_features_mixing_columns_are_refused_naming_them() -> None:
@@ -255,3 +268,25 @@ def test_categorical_splits_are_refused_not_approximated() -> None:
     model = HistGradientBoostingClassifier(categorical_features=[0], max_iter=10).fit(x, y)
     with pytest.raises(UnsupportedError, match="categorical splits"):
         compiler.compile(model, options=EXPLAIN)
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        GradientBoostingClassifier(n_estimators=10, random_state=0),
+        HistGradientBoostingClassifier(max_iter=10, random_state=0),
+        RandomForestClassifier(10, max_depth=5, random_state=0),
+    ],
+    ids=["gbc", "hgb_nan", "forest"],
+)
+def test_the_device_formulation_agrees_with_the_host_kernel(model: Any) -> None:
+    """The XLA graph (the explanation's device formulation) and the host's native kernel: the
+    same contributions, on rows with NaN where the model takes them."""
+    x, y = load_wine(return_X_y=True)
+    x = _with_nan(x) if isinstance(model, HistGradientBoostingClassifier) else x
+    model.fit(x, y)
+    device = compiler.CompileOptions(explain=True, warmup=False, host_rows=0)
+    on_device = compiler.compile(model, options=device).contributions(x)
+    on_host = compiler.compile(model, options=EXPLAIN).contributions(x)
+    np.testing.assert_allclose(on_device, on_host, rtol=0, atol=1e-12)
+    _assert_adds_up(on_device, _raw(model, x))

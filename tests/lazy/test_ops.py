@@ -119,6 +119,25 @@ def forest(t: SimpleNamespace, **operands: Any) -> lz.LazyTensor:
     return lz.forest_sum(**args)
 
 
+def forest_shap(t: SimpleNamespace, **operands: Any) -> lz.LazyTensor:
+    """A FOREST_SHAP of one leaf of one element and one test, with ``operands`` swapped."""
+    tables = {
+        "column": np.zeros((1, 1), np.int32),
+        "threshold": np.zeros((1, 1), np.float32),
+        "right": np.zeros((1, 1), bool),
+        "player": np.zeros(1, np.int32),
+        "zero": np.ones(1),
+        "offsets": np.array([0, 1], np.int32),
+        "value": np.ones((1, 2)),
+        "nodes": np.full((1, 1), 0.5),
+        "weights": np.ones((1, 1)),
+    }
+    args: dict[str, Any] = {"x": t.x, "players": 1}
+    args |= {name: lz.const(value) for name, value in tables.items()}
+    args |= operands
+    return lz.forest_shap(**args)
+
+
 def shape_of(v: lz.LazyTensor) -> tuple[Any, ...]:
     return tuple(v.shape)
 
@@ -426,6 +445,7 @@ ROW_MIXING = [
     ("take_along axis 0 of a batch", Op.TAKE_ALONG, lambda t: lz.take_along(t.x, t.idx, 0)),
     ("update of a row of a batch", Op.UPDATE, lambda t: lz.update(t.x, t.zero, t.p, 0)),
     ("forest_sum of per-row tables", Op.FOREST_SUM, lambda t: forest(t, threshold=t.x)),
+    ("forest_shap of per-row zero fractions", Op.FOREST_SHAP, lambda t: forest_shap(t, zero=t.x)),
     ("matmul contracting over the batch", Op.MATMUL, lambda t: lz.matmul(t.w34, t.x)),
     ("matmul of batch by batch", Op.MATMUL, lambda t: t.x @ t.x),
     ("transpose moving axis 0", Op.TRANSPOSE, lambda t: lz.transpose(t.x3, (1, 0, 2))),

@@ -555,6 +555,42 @@ forest_case("depth_beyond_the_leaves", "float32", "int64", 9)
 forest_case("depth_zero", "float32", "int32", 0)
 
 
+def forest_shap_case(name: str, dtype: str, tests: int, tolerance: float) -> None:
+    """Random leaf tables: 7 leaves of 0 to 4 elements over 3 features, ``tests`` tests each
+    on 5 columns (NaN among the values), Gauss-Legendre nodes of each leaf's own degree."""
+
+    def build(t: Trace) -> dict[str, lz.LazyTensor]:
+        x = t.input("x", (5,), dtype, choice(-1.0, 0.0, 0.25, 0.5, 1.0, np.nan))
+        rng, b = t.rng, t.builder
+        count = rng.integers(0, 5, 7)
+        elements = int(count.sum())
+        q = 2
+        nodes, weights = np.full((7, q), 0.5), np.zeros((7, q))
+        for leaf, m in enumerate(count):
+            n, w = np.polynomial.legendre.leggauss(max(1, -(-int(m) // 2)))
+            nodes[leaf, : len(n)], weights[leaf, : len(n)] = (n + 1) / 2, w / 2
+        tables = [
+            b.param(rng.integers(0, 5, (elements, tests)).astype(np.int32), "column"),
+            b.param(rng.choice([-0.5, 0.25, 0.75], (elements, tests)).astype(dtype), "threshold"),
+            b.param(rng.random((elements, tests)) < 0.5, "right"),
+            b.param(rng.integers(0, 3, elements).astype(np.int32), "player"),
+            b.param(rng.uniform(0.05, 1.0, elements), "zero"),
+            b.param(np.concatenate([[0], np.cumsum(count)]).astype(np.int32), "offsets"),
+            b.param(rng.normal(size=(7, 2)), "value"),
+            b.param(nodes, "nodes"),
+            b.param(weights, "weights"),
+        ]
+        return {"y": lz.forest_shap(x, *tables, players=3)}
+
+    case = Case(name, build, rtol=tolerance, atol=tolerance)
+    CASES.setdefault(Op.FOREST_SHAP, []).append(case)
+
+
+# Under the x32 policy the float64 output is compared in float32.
+forest_shap_case("float32_one_test", "float32", 1, 1e-6)
+forest_shap_case("float64_three_tests", "float64", 3, 1e-6)
+
+
 def couple_case(name: str, dtype: str, classes: int, draw: Draw) -> None:
     def build(t: Trace) -> dict[str, lz.LazyTensor]:
         r = t.input("r", (classes * (classes - 1) // 2,), dtype, draw)
