@@ -304,6 +304,13 @@ def jsonable(array: np.ndarray | list[np.ndarray]) -> Any:
     return array.tolist()
 
 
+def contribution_rows(values: np.ndarray, columns: Sequence[str]) -> list[dict[str, Any]]:
+    """A ``contributions`` answer as JSON rows: per row, each input column (then ``bias``) to
+    its contribution, or to its list of contributions, one per raw output, where there are
+    several ((rows, columns) or (rows, columns, outputs) values)."""
+    return [dict(zip(columns, row, strict=True)) for row in values.tolist()]
+
+
 def encode_json(doc: Mapping[str, Any]) -> bytes:
     return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY, default=_default)
 

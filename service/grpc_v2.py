@@ -13,7 +13,8 @@ request came raw (as tritonclient sends it), else in typed contents. Parameters:
 (microseconds) is a deadline, as is the call's gRPC deadline (the earlier wins);
 ``strict_columns`` (bool) decides as the HTTP query parameter does; metadata
 ``x-kestrel-route-key`` picks the version where traffic is split. The columns a model does not
-read are named in the answer's parameter ``kestrel_ignored_columns``.
+read are named in the answer's parameter ``kestrel_ignored_columns``. A ``contributions``
+output's parameters ``columns`` (and ``outputs``, one per class) are JSON lists in strings.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from service.grpc_calls import Call, Calls, metadata_value, model_call
 from service.grpc_messages import add_servicer, messages
 from service.models import ModelManager
 from service.parity import side_by_side
+from service.scoring import CONTRIBUTIONS
 from service.settings import Settings
 from service.versions import Prediction, State
 from service.web import ROUTE_KEY_HEADER
@@ -117,6 +119,10 @@ def encode_outputs(result: Prediction, request_id: str, raw: bool) -> Any:
     raw = raw or any(datatype not in _CONTENTS for _, _, datatype in typed)
     for name, array, datatype in typed:
         tensor = response.outputs.add(name=name, datatype=datatype, shape=array.shape)
+        if result.explained is not None and name == CONTRIBUTIONS:
+            # As over HTTP, but each a JSON list in a string parameter (gRPC has no lists).
+            for key, value in oip.contribution_parameters(result.explained).items():
+                tensor.parameters[key].string_param = codecs.encode_json(value).decode()
         if raw:
             response.raw_output_contents.append(oip.raw_bytes(array, datatype))
         elif datatype == "BYTES":

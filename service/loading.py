@@ -115,7 +115,8 @@ class Loader:
             if upload.sample is not None:
                 # NaN kept: the sample's missing values mean the same on every reload.
                 sample = self.store.put_blob(codecs.dumps_keeping_nan(upload.sample))
-        plan = None if mv.model is None or mv.model.plan is None else mv.model.plan.as_dict()
+        model = mv.model  # read once: a delete while loading may clear it meanwhile
+        plan = None if model is None or model.plan is None else model.plan.as_dict()
         return VersionRecord(
             name=mv.name,
             version=mv.version,
@@ -196,6 +197,8 @@ class Loader:
 
         with self._phase(mv, LoadPhase.BUCKETS):
             model.compiled.warmup(on_bucket=warmed)
+            if model.explains:
+                _warm_explanation(model)
         mv.progress = LoadProgress(Phase.PARITY, total, total)
         with self._phase(mv, LoadPhase.PARITY):
             result = parity.gate(
@@ -215,6 +218,12 @@ class Loader:
         mv.reference = _reference(model, schema_sample)
         mv.model = model
         mv.source = estimator  # live parity rescores sampled rows with it (service.live_parity)
+
+
+def _warm_explanation(model: compiler.CompiledModel) -> None:
+    """Compile (or load from the cache) and place every bucket of ``model``'s contributions:
+    a READY version never compiles for a request."""
+    model.warm_explanation()
 
 
 def _reference(model: compiler.CompiledModel, sample: Any) -> Reference:

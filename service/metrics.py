@@ -113,6 +113,22 @@ class Metrics:
             buckets=ROW_BUCKETS,
             registry=r,
         )
+        # Contributions (``explain``) batch apart from predictions: their own batch metrics, so
+        # the far costlier explanation batches do not blur the predictions' compute times.
+        self.explain_compute_seconds = Histogram(
+            "kestrel_explain_compute_duration_seconds",
+            "Time to run one batch of contributions (explanations) through the compiled model.",
+            ("model", "version"),
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.explain_batch_rows = Histogram(
+            "kestrel_explain_batch_rows",
+            "Real rows per executed batch of contributions (explanations).",
+            ("model", "version"),
+            buckets=ROW_BUCKETS,
+            registry=r,
+        )
         self.rows = Counter(
             "kestrel_batch_rows_processed",
             "Real rows computed.",

@@ -128,6 +128,7 @@ class ModelManager(Versions):
                     strict_columns=strict_columns,
                     dtype=mv.options.dtype,
                     decode_seconds=decode_seconds,
+                    explainer=mv.explainer,
                 )
             except BatcherClosedError:
                 # A hot swap closed this version's batcher between lookup and submit: the new
@@ -136,11 +137,18 @@ class ModelManager(Versions):
                     mv = self.serving(name, self.route(name, None, route_key))
                     continue
                 raise
-            self._mirror(mv, data, outputs, scored.outputs, scored.rows)
+            answer, asked = scored.outputs, outputs
+            if scoring.CONTRIBUTIONS in answer:  # a shadow compares the methods' answers alone
+                answer = {k: v for k, v in answer.items() if k != scoring.CONTRIBUTIONS}
+                asked = tuple(answer)
+            if answer:
+                self._mirror(mv, data, asked, answer, scored.rows)
             self.live_parity.offer(mv, data, scored.outputs, scored.rows)
             self.drift.offer(mv, data, scored.outputs, scored.rows)
             self.capture.offer(mv, data, scored.outputs, scored.rows)
-            return Prediction(mv, scored.outputs, scored.rows, scored.decode_s, scored.ignored)
+            return Prediction(
+                mv, scored.outputs, scored.rows, scored.decode_s, scored.ignored, scored.explained
+            )
         raise NotReady(f"model {name!r} is being replaced; retry")
 
     def _mirror(
@@ -770,6 +778,8 @@ class ModelManager(Versions):
             for mv in versions.values():
                 if mv.batcher is not None:
                     await mv.batcher.close(drain=True)
+                if mv.explainer is not None:
+                    await mv.explainer.close(drain=True)
                 Serving.stop_executor(mv)
         for task in list(self._tasks):
             task.cancel()

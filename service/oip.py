@@ -21,6 +21,7 @@ from compiler import InputSchema
 from compiler.schema import describe_mismatch
 from service.errors import BadRequest, InvalidInput, NotFound
 from service.models import ModelManager
+from service.scoring import CONTRIBUTIONS, Explained
 from service.settings import Settings
 from service.versions import ModelVersion, Prediction, State
 
@@ -202,6 +203,16 @@ def rows_from_inputs(inputs: dict[str, np.ndarray], mv: ModelVersion) -> Any:
     return columns
 
 
+def contribution_parameters(explained: Explained) -> dict[str, Any]:
+    """The parameters of a ``contributions`` output tensor: what its axes after the rows are
+    (``columns``: the input columns, then ``bias``; ``outputs``: the class of each raw output,
+    where there are several)."""
+    params: dict[str, Any] = {"columns": list(explained.columns)}
+    if explained.outputs is not None:
+        params["outputs"] = explained.outputs
+    return params
+
+
 # -- one inference -------------------------------------------------------------------------------
 async def infer(
     manager: ModelManager,
@@ -300,6 +311,12 @@ def metadata(mv: ModelVersion, versions: list[str]) -> dict[str, Any]:
         {"name": method, "datatype": datatype_for(spec.dtype), "shape": [-1, *spec.shape]}
         for method, spec in model.output_specs.items()
     ]
+    explanation = model.traced.explanation
+    if model.explains and explanation is not None:  # registered with options {"explain": true}
+        shape, _ = explanation.output_types()[CONTRIBUTIONS]  # (B, columns + bias, outputs)
+        columns, classes = (int(d) for d in shape[1:])
+        row = [columns] if classes == 1 else [columns, classes]  # as answered: one output squeezed
+        outputs.append({"name": CONTRIBUTIONS, "datatype": "FP64", "shape": [-1, *row]})
     return {
         "name": mv.name,
         "versions": versions,

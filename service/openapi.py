@@ -235,7 +235,15 @@ class Prediction(BaseModel):
     model: str
     version: str = Field(description="the version that computed every row of this response")
     rows: int
-    outputs: dict[str, list[Any]] = Field(description="one list per output (method), row order")
+    outputs: dict[str, list[Any]] = Field(
+        description="one list per output (method), row order; 'contributions': per row, each "
+        "input column and 'bias' to its contribution (a list of one per class where the model "
+        "has several raw outputs)"
+    )
+    contribution_outputs: list[Any] | None = Field(
+        None,
+        description="with 'contributions' of several raw outputs: their class labels, in order",
+    )
     warnings: list[str] | None = Field(
         None, description="what was scored past: columns the model does not read"
     )
@@ -250,7 +258,8 @@ _ROWS: dict[str, Any] = {
 _OUTPUTS: dict[str, Any] = {
     "type": "array",
     "items": {"type": "string"},
-    "description": "the outputs (methods) to return; all by default",
+    "description": "the outputs (methods) to return; all by default. 'contributions': each "
+    'row\'s per-column contributions (a version registered with options {"explain": true})',
 }
 
 
@@ -305,7 +314,7 @@ PREDICT_EXTRA: dict[str, Any] = {
             "name": "outputs",
             "in": "query",
             "required": False,
-            "description": "comma-separated outputs (methods) to return",
+            "description": "comma-separated outputs (methods, or contributions) to return",
             "schema": {"type": "string"},
         },
         _STRICT_COLUMNS,
@@ -382,7 +391,9 @@ class OutputTensor(BaseModel):
         description="absent when sent as binary data; a float tensor's NaN and ±inf are the "
         "tokens NaN, Infinity and -Infinity, as Triton writes them",
     )
-    parameters: dict[str, Any] | None = Field(None, description="binary_data_size")
+    parameters: dict[str, Any] | None = Field(
+        None, description="binary_data_size; for contributions, their columns (and outputs)"
+    )
 
 
 class InferResponse(BaseModel):

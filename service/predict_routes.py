@@ -13,6 +13,7 @@ from fastapi.responses import Response
 from service import codecs, openapi
 from service.components import Components
 from service.errors import BadRequest
+from service.scoring import CONTRIBUTIONS
 from service.settings import Settings
 from service.web import ROUTE_KEY_HEADER, json_response, query_flag, read_body
 
@@ -21,7 +22,8 @@ DEADLINE_HEADER = "x-kestrel-timeout-ms"
 PREDICT_DOC = (
     "Score rows. Body by Content-Type: JSON (rows as objects or arrays, or "
     '{"rows"|"columns"|"instances": ..., "outputs": [...]}), Arrow IPC, or .npy. '
-    f"Optional deadline header {DEADLINE_HEADER}."
+    f"Optional deadline header {DEADLINE_HEADER}. The output 'contributions' (a version "
+    'registered with options {"explain": true}) gives each row\'s per-column contributions.'
 )
 
 
@@ -54,6 +56,14 @@ def add_predict_routes(app: FastAPI, parts: Components) -> None:
             "rows": result.rows,
             "outputs": {k: codecs.jsonable(v) for k, v in result.outputs.items()},
         }
+        explained = result.explained
+        if explained is not None:
+            contributions = result.outputs[CONTRIBUTIONS]
+            doc["outputs"][CONTRIBUTIONS] = codecs.contribution_rows(
+                contributions, explained.columns
+            )
+            if explained.outputs is not None:
+                doc["contribution_outputs"] = explained.outputs
         headers = None
         if result.ignored:
             doc["warnings"] = [codecs.ignored_columns_warning(result.ignored)]

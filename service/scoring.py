@@ -1,12 +1,15 @@
 """One scoring request against one model version: encode its rows, batch them with other
-requests, decode the heads the client asked for, refuse arithmetic that overflowed."""
+requests, decode the heads the client asked for, refuse arithmetic that overflowed.
+
+The ``contributions`` output (a version registered with ``explain``) is batched on the version's
+explanation batcher, from the same encoded rows, concurrently with the heads asked beside it."""
 
 from __future__ import annotations
 
 import asyncio
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -15,6 +18,10 @@ import numpy as np
 import compiler
 from service.batcher import Batcher
 from service.errors import BadRequest, InvalidInput, some_of
+
+#: The output of each row's per-column contributions (``CompiledModel.contributions``).
+CONTRIBUTIONS = "contributions"
+NO_CONTRIBUTIONS = 'this version has no contributions; register it with options {"explain": true}'
 
 #: Requests with more rows than this are encoded on a worker thread, not on the event loop: a
 #: small decode costs less than the thread hop, a large one would stall every other request.
@@ -26,11 +33,21 @@ class Observer(Protocol):
 
 
 @dataclass(frozen=True)
+class Explained:
+    """What names a ``contributions`` answer's axes: (rows, columns) where the model has one
+    raw output, (rows, columns, outputs) where it has several (a class each)."""
+
+    columns: tuple[str, ...]  # the input columns, then "bias"
+    outputs: list[Any] | None  # the raw outputs' class labels, as JSON values (None: one output)
+
+
+@dataclass(frozen=True)
 class Scored:
     outputs: dict[str, np.ndarray]
     rows: int
     decode_s: float  # host decode of the outputs; the route adds its rendering and records it
     ignored: tuple[str, ...]  # the request's columns the model does not read
+    explained: Explained | None = None  # where ``contributions`` was answered
 
 
 async def score(
@@ -43,22 +60,69 @@ async def score(
     strict_columns: bool,
     dtype: str,
     decode_seconds: Observer,
+    explainer: Batcher | None = None,
 ) -> Scored:
     """``data`` through ``model`` on ``batcher``; the encode time goes to ``decode_seconds``
-    (the request's decode). Raises the batcher's errors (a closed batcher: a hot swap)."""
-    wanted = _select_outputs(model, outputs)
+    (the request's decode). ``contributions`` come from ``explainer`` (None: the version has
+    none, and asking for them is a 400). Raises the batcher's errors (a closed batcher: a hot
+    swap)."""
+    wanted = _select_outputs(model, outputs, explains=explainer is not None)
+    heads = [k for k in wanted if k != CONTRIBUTIONS]
     t0 = time.perf_counter()
     if _row_count(data) > OFF_LOOP_ROWS:
         feed, rows, ignored = await asyncio.to_thread(_encode, model, data, strict_columns)
     else:
         feed, rows, ignored = _encode(model, data, strict_columns)
     decode_seconds.observe(time.perf_counter() - t0)
-    raw = await batcher.submit(feed, rows, deadline=deadline)
+    explained = None
+    if len(heads) == len(wanted):
+        raw = await batcher.submit(feed, rows, deadline=deadline)
+    else:
+        assert explainer is not None
+        explain = explainer.submit(feed, rows, deadline=deadline)
+        if heads:
+            raw, explained = await _together(batcher.submit(feed, rows, deadline=deadline), explain)
+        else:
+            raw, explained = {}, await explain
     t0 = time.perf_counter()
-    answered = {k: raw[k] for k in wanted}
+    answered = {k: raw[k] for k in heads}
     _reject_overflow(feed, answered, dtype)  # only heads the client sees
     decoded = model.decode(answered)
-    return Scored(decoded, rows, time.perf_counter() - t0, ignored)
+    named = None
+    if explained is not None:
+        contributions = explained[CONTRIBUTIONS]  # (rows, columns + bias, raw outputs)
+        named = _explained(model, contributions.shape[2])
+        if named.outputs is None:
+            contributions = contributions[:, :, 0]
+        decoded = {k: contributions if k == CONTRIBUTIONS else decoded[k] for k in wanted}
+    return Scored(decoded, rows, time.perf_counter() - t0, ignored, named)
+
+
+def _explained(model: compiler.CompiledModel, outputs: int) -> Explained:
+    """The names of ``model``'s contributions with ``outputs`` raw outputs: one per class (a
+    forest classifier's probabilities, a multiclass booster's margins), else numbered."""
+    if outputs == 1:
+        return Explained(model.contribution_columns, None)
+    classes = model.classes_
+    labels = np.asarray(classes).tolist() if classes is not None else []
+    if len(labels) != outputs:
+        labels = list(range(outputs))
+    return Explained(model.contribution_columns, labels)
+
+
+async def _together(
+    first: Awaitable[dict[str, np.ndarray]], second: Awaitable[dict[str, np.ndarray]]
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Both submissions at once; where one fails, the other is cancelled (a batcher never
+    computes the untaken rows of a cancelled request) and the failure raised."""
+    tasks = [asyncio.ensure_future(first), asyncio.ensure_future(second)]
+    try:
+        a, b = await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        raise
+    return a, b
 
 
 def _encode(
@@ -127,11 +191,15 @@ def _nan_rows(arrays: Mapping[str, np.ndarray]) -> np.ndarray | None:
 
 
 def _select_outputs(
-    model: compiler.CompiledModel, outputs: tuple[str, ...] | None
+    model: compiler.CompiledModel, outputs: tuple[str, ...] | None, *, explains: bool = False
 ) -> tuple[str, ...]:
+    """The outputs to answer: every method by default (contributions only when asked for)."""
     if outputs is None:
         return tuple(model.methods)
-    unknown = [o for o in outputs if o not in model.methods]
+    unknown = [o for o in outputs if o not in model.methods and o != CONTRIBUTIONS]
     if unknown:
-        raise BadRequest(f"unknown outputs {unknown}; this model has {list(model.methods)}")
+        has = [*model.methods, CONTRIBUTIONS] if explains else list(model.methods)
+        raise BadRequest(f"unknown outputs {unknown}; this model has {has}")
+    if CONTRIBUTIONS in outputs and not explains:
+        raise BadRequest(NO_CONTRIBUTIONS)
     return outputs

@@ -1,10 +1,15 @@
 """A READY version's serving machinery: its batcher, device thread and queue-delay tracking,
-the per-batch metrics, and the orderly stop when the version is replaced or deleted."""
+the per-batch metrics, and the orderly stop when the version is replaced or deleted.
+
+A version registered with ``explain`` has a second batcher, for its contributions, on the same
+device thread: explanations batch across requests as predictions do, but apart from them, so a
+prediction never waits in a batch for an explanation's far costlier compute."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+import compiler
 import lazy as lz
 from service.admission import ScoringLoad
 from service.batcher import Batcher, BatchInfo
@@ -64,21 +69,48 @@ class Serving:
             batch_rows=buckets.max_batch,
         )
         batcher.start()
+        mv.explainer = self._explainer(mv) if mv.model.explains else None
+
+    def _explainer(self, mv: ModelVersion) -> Batcher:
+        """A started batcher of ``mv``'s contributions, on its device thread, in batches of at
+        most the explanation program's largest bucket (warmed at load: service.loading)."""
+        assert mv.model is not None and mv.executor is not None
+        name, version, m = mv.name, mv.version, self.metrics
+
+        def on_batch(info: BatchInfo) -> None:
+            if info.error is not None:
+                m.rejections.labels(name, "failed_batch").inc(info.requests)
+                return
+            m.child(m.explain_compute_seconds, name, version).observe(info.compute_s)
+            m.child(m.explain_batch_rows, name, version).observe(info.rows)
+
+        explainer = Batcher(
+            mv.model.explain_encoded,
+            max_batch_rows=explain_rows(mv.model),
+            max_queue_rows=self.settings.max_queue_rows,
+            executor=mv.executor,
+            max_wait_s=self.settings.batch_wait_ms / 1e3,
+            on_batch=on_batch,
+        )
+        explainer.start()
+        return explainer
 
     async def stop(self, mv: ModelVersion) -> None:
         """Stop serving ``mv``: finish what it queued, then free it (RETIRED if it was READY)."""
         # Detach everything first: while the old batcher drains, a delete of the newer version
         # may bring this one back (``start`` gives it a new batcher and executor), and those
         # must survive this stop.
-        batcher, executor, state = mv.batcher, mv.executor, mv.state
+        batcher, explainer, executor, state = mv.batcher, mv.explainer, mv.executor, mv.state
         if state is State.READY:
             mv.state = State.RETIRED
         if mv.delay is not None:  # a no-op once a newer version of the model is tracked
             self.scoring_load.untrack(mv.name, mv.delay)
         mv.batcher, mv.model, mv.executor, mv.delay = None, None, None, None
-        mv.source = None
+        mv.source, mv.explainer = None, None
         if batcher is not None:
             await batcher.close(drain=True)
+        if explainer is not None:
+            await explainer.close(drain=True)
         if executor is not None:
             executor.shutdown(wait=False)
         if mv.state is not State.READY:  # not brought back meanwhile
@@ -89,3 +121,9 @@ class Serving:
         if mv.executor is not None:
             mv.executor.shutdown(wait=False)
             mv.executor = None
+
+
+def explain_rows(model: compiler.CompiledModel) -> int:
+    """The most rows one batch of ``model``'s contributions holds: its explanation program's
+    largest bucket (:data:`compiler.model.EXPLAIN_ROWS`, or the model's ``max_batch`` if less)."""
+    return min(model.options.max_batch, compiler.model.EXPLAIN_ROWS)

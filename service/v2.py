@@ -4,11 +4,13 @@ Inputs map to the model's schema in one of two ways: a single 2-D tensor ``[rows
 (numeric models; any input name), or one tensor per schema column named after it (``[rows]`` or
 ``[rows, 1]``; BYTES for string categories). Outputs are the model's methods (``predict``,
 ``predict_proba``, …); the model metadata states each one's shape and datatype from the compiled
-model (:attr:`compiler.CompiledModel.output_specs`). In JSON tensors, a float's NaN and ±inf are
-the bare tokens ``NaN``, ``Infinity`` and ``-Infinity``, both ways, as tritonclient and Triton
-write them. A request's ``parameters.timeout`` (microseconds, as tritonclient sends it) is its
-deadline. The model-repository extension's index / load / unload act on this process's
-loaded versions; the store is changed only by the management API. What is not JSON or HTTP
+model (:attr:`compiler.CompiledModel.output_specs`). A version registered with
+``{"explain": true}`` also answers ``contributions`` when asked: FP64 ``[rows, columns + 1]``
+(or ``[rows, columns + 1, classes]``), its ``parameters`` naming the columns (then ``bias``).
+In JSON tensors, a float's NaN and ±inf are the bare tokens ``NaN``, ``Infinity`` and
+``-Infinity``, both ways, as tritonclient and Triton write them. A request's
+``parameters.timeout`` (microseconds, as tritonclient sends it) is its deadline. The
+model-repository extension's index / load / unload act on this process's loaded versions; the store is changed only by the management API. What is not JSON or HTTP
 (tensors, metadata, readiness, one inference) is :mod:`service.oip`'s, shared with gRPC.
 """
 
@@ -27,6 +29,7 @@ from service import codecs, oip, openapi
 from service.errors import BadRequest
 from service.models import ModelManager
 from service.parity import side_by_side
+from service.scoring import CONTRIBUTIONS, Explained
 from service.settings import Settings
 from service.versions import ModelVersion
 from service.web import ROUTE_KEY_HEADER, json_response, query_flag, read_body
@@ -165,16 +168,24 @@ def _outputs_requested(doc: dict[str, Any]) -> tuple[tuple[str, ...] | None, set
 
 
 def render_outputs(
-    doc: dict[str, Any], mv: ModelVersion, outputs: dict[str, np.ndarray], binary: set[str]
+    doc: dict[str, Any],
+    mv: ModelVersion,
+    outputs: dict[str, np.ndarray],
+    binary: set[str],
+    explained: Explained | None = None,
 ) -> Response:
+    """The inference response; ``explained`` names the axes of a ``contributions`` output, in
+    its ``parameters``."""
     tensors, blobs = [], []
     for name, value in outputs.items():
         array = side_by_side(value)  # a per-target list becomes one [rows, Σk] tensor
         datatype = oip.datatype_of(array)
         tensor: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
+        if explained is not None and name == CONTRIBUTIONS:
+            tensor["parameters"] = oip.contribution_parameters(explained)
         if name in binary:
             data = oip.raw_bytes(array, datatype)
-            tensor["parameters"] = {"binary_data_size": len(data)}
+            tensor["parameters"] = {**tensor.get("parameters", {}), "binary_data_size": len(data)}
             blobs.append(data)
         elif datatype == "BYTES":
             tensor["data"] = array.ravel().tolist()
@@ -249,7 +260,7 @@ def add_v2_routes(app: FastAPI, manager: ModelManager, settings: Settings) -> No
         t0 = time.perf_counter()
         if names is None and binary_all:
             binary = set(result.outputs)
-        response = render_outputs(doc, result.version, result.outputs, binary)
+        response = render_outputs(doc, result.version, result.outputs, binary, result.explained)
         if result.ignored:
             header = codecs.ignored_columns_header(result.ignored)
             response.headers[codecs.IGNORED_COLUMNS_HEADER] = header

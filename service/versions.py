@@ -35,6 +35,7 @@ from service.errors import (
 )
 from service.metrics import served_version
 from service.queue_delay import QueueDelay
+from service.scoring import Explained
 from service.shadow_rule import Shadow
 from service.store import CurrentChange, VersionRecord
 
@@ -92,6 +93,9 @@ class ModelOptions(BaseModel):
     dtype: Literal["float32", "float64"] = "float32"
     methods: list[str] | None = None
     split_codes: bool | None = None
+    #: Also compile the model's per-column contributions (the ``contributions`` output; tree
+    #: ensembles only: any other model is refused at registration).
+    explain: bool = False
 
     @classmethod
     def stored(cls, options: dict[str, Any]) -> ModelOptions:
@@ -109,6 +113,7 @@ class ModelOptions(BaseModel):
             tree_strategy=self.tree_strategy,
             methods=methods,
             split_codes=self.split_codes,
+            explain=self.explain,
             **rest,
         )
 
@@ -145,6 +150,8 @@ class ModelVersion:
     source: Any = None  # the source estimator, while READY (service.live_parity)
     reference: Reference | None = None  # the registration data, for drift (service.drift)
     batcher: Batcher | None = None
+    # Its contributions' batcher (service.serving), while READY, where the model explains.
+    explainer: Batcher | None = None
     delay: QueueDelay | None = None  # its queue's standing delay, for load shedding
     framework: dict[str, str] = field(default_factory=dict)
     parity: dict[str, Any] | None = None
@@ -212,6 +219,7 @@ class Prediction:
     rows: int
     decode_s: float  # host decode of the outputs; the route adds its rendering and records it
     ignored: tuple[str, ...] = ()  # the request's columns the model does not read
+    explained: Explained | None = None  # the axes of a ``contributions`` answer, if any
 
 
 class Versions:
