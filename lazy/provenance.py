@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .node import Node
+from .node import Node, topological
 from .ops import ELEMENTWISE_KINDS, SPECS, Op
 from .shapes import is_batched
 
@@ -34,17 +34,7 @@ def column_sources(node: Node, params: Mapping[str, np.ndarray]) -> tuple[frozen
     if not is_batched(node.shape):
         raise ValueError(f"column_sources needs a batched value, got shape {node.shape}")
     known: dict[Node, Columns] = {}
-    stack = [node]
-    while stack:  # iterative post-order: graphs can be deeper than Python's recursion limit
-        current = stack[-1]
-        if current in known:
-            stack.pop()
-            continue
-        pending = [i for i in current.inputs if i not in known]
-        if pending:
-            stack.extend(pending)
-            continue
-        stack.pop()
+    for current in topological([node]):
         known[current] = _columns(current, [known[i] for i in current.inputs], params)
     out = known[node]
     assert out is not None

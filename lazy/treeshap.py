@@ -144,19 +144,9 @@ def native(players: int) -> Any:
             found = prepared[key] = (tables, _factors(zero, offsets, nodes))
         return found[1]
 
-    def forest_shap(
-        x: np.ndarray,
-        column: np.ndarray,
-        threshold: np.ndarray,
-        right: np.ndarray,
-        player: np.ndarray,
-        zero: np.ndarray,
-        offsets: np.ndarray,
-        value: np.ndarray,
-        nodes: np.ndarray,
-        weights: np.ndarray,
-    ) -> np.ndarray:
-        tables = (column, threshold, right, player, zero, offsets, value, nodes, weights)
+    def forest_shap(x: np.ndarray, *tables: np.ndarray) -> np.ndarray:
+        """The op's operands in :func:`reference`'s order → (B, P, K) float64."""
+        column, threshold, right, player, zero, offsets, value, _, weights = tables
         t, absent, inverse_absent, inverse_present = factors(x, *tables)
         out = np.zeros((x.shape[0], players, value.shape[1]))
         kernel(

@@ -24,9 +24,11 @@ The decisions are the compiled model's own: each test is a split of the folded e
 prediction strategies compare it, so a contribution's one fractions are the source's decisions.
 The tests of an element on one widened column merge into at most a bound on each side.
 
-The graph loops over the trees contributing to each output, one tree per trip (the tables of
-every tree at once would not fit), over a grid of (leaf, feature) elements padded with
-elements that change nothing (``o = z = 1``).
+Two formulations of that arithmetic, one VARIANT (warm-up times them per bucket): the device
+graph loops over trees, one per trip (every tree's tables at once would not fit), over
+(rows, leaves, path elements) arrays padded with elements that change nothing (``o = z = 1``),
+each element's contribution summed onto its feature by a one-hot product; the host runs
+FOREST_SHAP (:mod:`lazy.treeshap`), a native kernel over the same tables unpadded.
 """
 
 from __future__ import annotations
@@ -265,69 +267,51 @@ def tree_contributions(
         one_hot = lz.cast(lz.expand_dims(lz.take(player, tree, axis=0), 1) == ids, "float64")
         return lz.matmul(weighted, one_hot)
 
-    per_tree = [np.flatnonzero(tables.value[:, :, j].any(axis=1)) for j in range(k)]
-    single = all(
-        np.count_nonzero(tables.value[i].any(axis=0)) <= 1 for i in range(n_trees)
-    )  # boosting: each tree adds to one output
-    zeros = constant(np.zeros(n_players), cols.x, ctx, "float64")
-    outputs: list[lz.LazyTensor] = []
-    if single:
-        for j, trees in enumerate(per_tree):
-            if len(trees) == 0:
-                outputs.append(zeros)
-                continue
+    def body(
+        i: lz.LazyTensor,
+        acc: lz.LazyTensor,
+        x: lz.LazyTensor,
+        trees: lz.LazyTensor,
+        values: lz.LazyTensor,
+        *tables: lz.LazyTensor,
+    ) -> lz.LazyTensor:
+        """One tree: ``acc`` (B, P · J) plus its contributions to the J outputs of ``values``
+        (T, L, J)."""
+        tree = lz.take(trees, i)
+        u = unit(tree, x, *tables)
+        leaf_values = lz.take(values, tree, axis=0)  # (L, J)
+        outputs = int(values.shape[2])
+        parts = [scatter(u, leaf_values[:, j], tree, tables[3], tables[10]) for j in range(outputs)]
+        return acc + (parts[0] if outputs == 1 else lz.concat(parts, axis=1))
 
-            def body(
-                i: lz.LazyTensor,
-                acc: lz.LazyTensor,
-                x: lz.LazyTensor,
-                trees: lz.LazyTensor,
-                values: lz.LazyTensor,
-                *tables: lz.LazyTensor,
-            ) -> lz.LazyTensor:
-                tree = lz.take(trees, i)
-                u = unit(tree, x, *tables)
-                return acc + scatter(u, lz.take(values, tree, axis=0), tree, tables[3], tables[10])
-
-            outputs.append(
-                lz.fori_loop(
-                    len(trees),
-                    body,
-                    zeros,
-                    cols.x,
-                    ctx.param(trees.astype(np.int32), f"shap_trees_{j}", dtype="int32"),
-                    ctx.param(tables.value[:, :, j], f"shap_leaf_value_{j}", dtype="float64"),
-                    *shared,
-                )
-            )
-        by_output = outputs
-    else:
-        trees = np.flatnonzero(tables.value.any(axis=(1, 2)))
-        wide = constant(np.zeros(n_players * k), cols.x, ctx, "float64")
-
-        def body_all(
-            i: lz.LazyTensor,
-            acc: lz.LazyTensor,
-            x: lz.LazyTensor,
-            trees: lz.LazyTensor,
-            values: lz.LazyTensor,
-            *tables: lz.LazyTensor,
-        ) -> lz.LazyTensor:
-            tree = lz.take(trees, i)
-            u = unit(tree, x, *tables)
-            leaf_values = lz.take(values, tree, axis=0)  # (L, K)
-            parts = [scatter(u, leaf_values[:, j], tree, tables[3], tables[10]) for j in range(k)]
-            return acc + (parts[0] if k == 1 else lz.concat(parts, axis=1))
-
-        summed = lz.fori_loop(
+    def loop(trees: np.ndarray, values: np.ndarray, name: str) -> lz.LazyTensor:
+        """(B, P · J): the trees' contributions to the J outputs of ``values`` (T, L, J)."""
+        zeros = constant(np.zeros(n_players * values.shape[2]), cols.x, ctx, "float64")
+        if len(trees) == 0:
+            return zeros
+        return lz.fori_loop(
             len(trees),
-            body_all,
-            wide,
+            body,
+            zeros,
             cols.x,
-            ctx.param(trees.astype(np.int32), "shap_trees", dtype="int32"),
-            ctx.param(tables.value, "shap_leaf_values", dtype="float64"),
+            ctx.param(trees.astype(np.int32), f"shap_trees{name}", dtype="int32"),
+            ctx.param(values, f"shap_leaf_values{name}", dtype="float64"),
             *shared,
         )
+
+    # Boosting adds each tree to one output: a loop per output over its trees. Otherwise (a
+    # forest's class fractions) one loop over every tree, for all outputs at once.
+    if all(np.count_nonzero(tables.value[i].any(axis=0)) <= 1 for i in range(n_trees)):
+        by_output = [
+            loop(
+                np.flatnonzero(tables.value[:, :, j].any(axis=1)),
+                tables.value[:, :, j : j + 1],
+                f"_{j}",
+            )
+            for j in range(k)
+        ]
+    else:
+        summed = loop(np.flatnonzero(tables.value.any(axis=(1, 2))), tables.value, "")
         by_output = [summed[:, j * n_players : (j + 1) * n_players] for j in range(k)]
     device = lz.concat([lz.expand_dims(o, 2) for o in by_output], axis=2)  # (B, P, K)
     by_player = lz.variant(device, _host(tables, cols, ctx))

@@ -6,11 +6,10 @@ reported, never asserted."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.scripts import run_bench
+
 REFERENCE = {"ct_hgb": "shap", "lgbm_raw": "lightgbm", "xgb_raw": "xgboost"}
 
 
@@ -22,15 +21,7 @@ def test_the_contributions_bench_checks_every_reference_and_times_every_cell(
         *("--models", ",".join(REFERENCE), "--batches", "1,5", "--max-reference-rows", "3"),
         *("--min-time", "0", "--max-calls", "1", "--json", str(out)),
     ]
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "contributions.py"), *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    stdout = run_bench("contributions.py", argv)
     cells = json.loads(out.read_text())
     assert {(c["model"], c["batch"]) for c in cells} == {(m, b) for m in REFERENCE for b in (1, 5)}
     for cell in cells:
@@ -39,6 +30,6 @@ def test_the_contributions_bench_checks_every_reference_and_times_every_cell(
         assert cell["rows"][reference] == min(cell["batch"], 3), cell
         assert cell["max_diff"][reference] < 1e-6, cell  # XGBoost sums in float32
         assert cell["kestrel_ms"] > 0 and cell["speedup"] > 0, cell
-    assert "| ct_hgb | 1 | " in done.stdout
-    scaled = next(line for line in done.stdout.splitlines() if line.startswith("| ct_hgb | 5 |"))
+    assert "| ct_hgb | 1 | " in stdout
+    scaled = next(line for line in stdout.splitlines() if line.startswith("| ct_hgb | 5 |"))
     assert "*" in scaled

@@ -4,11 +4,9 @@ the registration gate, agrees with scikit-learn at every batch, and is timed."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.scripts import run_bench
 
 
 def test_the_device_bench_checks_exactness_and_times_every_cell(tmp_path: Path) -> None:
@@ -17,15 +15,7 @@ def test_the_device_bench_checks_exactness_and_times_every_cell(tmp_path: Path) 
         *("--quick", "--pipelines", "a,f", "--batches", "1,100", "--placements", "device,auto"),
         *("--rounds", "1", "--min-time", "0.001", "--out", str(out)),
     ]
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "device.py"), *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    stdout = run_bench("device.py", argv)
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert "devices" in records[0]["environment"]
     compiled = [r for r in records if "gate" in r]
@@ -40,4 +30,4 @@ def test_the_device_bench_checks_exactness_and_times_every_cell(tmp_path: Path) 
         assert cell["labels_differ"] == 0, cell
         assert cell["max_abs_dp"] < 1e-5, cell
         assert cell["sklearn_ms"] > 0 and cell["kestrel_ms"] > 0 and cell["speedup"] > 0
-    assert "| f ct_rf | auto | 100 |" in done.stdout
+    assert "| f ct_rf | auto | 100 |" in stdout
