@@ -40,6 +40,12 @@ class Explanation:
     features: lz.LazyTensor
     where: str
 
+    def scaled(self, factor: float) -> Explanation:
+        """The same for outputs ``factor`` times these (a mean over trees, say)."""
+        return replace(
+            self, contributions=self.contributions * factor, expected=self.expected * factor
+        )
+
     def shifted(self, offset: np.ndarray | float) -> Explanation:
         """The same for outputs ``offset`` higher (an initial score, a baseline)."""
         shift = np.broadcast_to(np.asarray(offset, np.float64), self.expected.shape)

@@ -144,8 +144,9 @@ def _contributions(
     if not isinstance(explanation, Explanation):
         raise UnsupportedError(
             f"{type(estimator).__name__}: contributions are not supported for this model; "
-            "supported: tree ensembles (scikit-learn's trees, forests, gradient boosting and "
-            "histogram gradient boosting), alone or at the end of a pipeline"
+            "supported: tree ensembles (scikit-learn's trees, forests, gradient boosting, "
+            "histogram gradient boosting and isolation forests; LightGBM; XGBoost), alone or at "
+            "the end of a pipeline"
         )
     return attribute(
         explanation,
@@ -412,7 +413,8 @@ class CompiledModel:
             # of its own max_batch, not necessarily of this one).
             scaled = replace(options, max_batch=rows, call_rows=rows)
             lazy_options = scaled.lazy_options(float64=True)
-            explainer = lz.compile(program, lazy_options, options.cache, warmup=False)
+            # Warm-up places each bucket by timing; unwarmed buckets would run on the backend.
+            explainer = lz.compile(program, lazy_options, options.cache, warmup=options.warmup)
         self._explainer_runner = explainer
         return explainer  # type: ignore[no-any-return]
 

@@ -43,7 +43,7 @@ from ..errors import UnsupportedError
 from ..explain import Explanation
 from ..features import Features, Heads
 from ..registry import register, unsupported_param
-from ..trees import Ensemble, from_hist_predictor, from_sklearn_tree, leaf_sum_on
+from ..trees import Ensemble, from_hist_predictor, from_sklearn_tree
 from ..trees.folding import FLOAT32_SPLITS, FLOAT64_SPLITS, explained_leaf_sum_on
 
 _SINGLE = (DecisionTreeClassifier, DecisionTreeRegressor, ExtraTreeClassifier, ExtraTreeRegressor)
@@ -313,7 +313,10 @@ def isolation_forest(est: Any, features: Features, ctx: Context) -> Heads:
             from_sklearn_tree(member.tree_, leaf[:, None], columns if subsampled else None)
         )
     ensemble = Ensemble(tuple(trees), features.width, float32_inputs=True)
-    depths = _squeeze(leaf_sum_on(ensemble, features, ctx))
+    total, explanation = explained_leaf_sum_on(ensemble, features, ctx)
+    depths = _squeeze(total)
+    # Explained: the mean path length E[h(x)] (score_samples is -2 ** (-E[h(x)] / c)).
+    extra = _explained(explanation and explanation.scaled(1.0 / len(est.estimators_)))
     denominator = len(est.estimators_) * float(_average_path_length([est._max_samples])[0])
     if denominator == 0:  # scikit-learn scores 1 when every tree has one sample
         scores = depths * 0.0 + 1.0  # (depths are finite)
@@ -328,4 +331,5 @@ def isolation_forest(est: Any, features: Features, ctx: Context) -> Heads:
             "predict": lz.cast(decision >= 0.0, "int32"),  # inlier unless decision < 0
         },
         classes=np.array([-1, 1]),
+        extra=extra,
     )

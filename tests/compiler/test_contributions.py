@@ -20,8 +20,10 @@ from sklearn.ensemble import (
     GradientBoostingRegressor,
     HistGradientBoostingClassifier,
     HistGradientBoostingRegressor,
+    IsolationForest,
     RandomForestClassifier,
 )
+from sklearn.ensemble._iforest import _average_path_length
 from sklearn.impute import SimpleImputer
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
@@ -115,6 +117,17 @@ def test_scikit_learn_trees_match_shap(make: Any, load: Any) -> None:
     if hasattr(model, "estimators_") or hasattr(model, "tree_"):
         edges = _threshold_rows(model, x)
         _assert_adds_up(compiled.contributions(edges), _raw(model, edges))
+
+
+def test_isolation_forest_explains_its_mean_path_length_as_shap_does() -> None:
+    x, _ = load_diabetes(return_X_y=True)
+    model = IsolationForest(n_estimators=20, max_features=0.7, random_state=0).fit(x)
+    got = compiler.compile(model, options=EXPLAIN).contributions(x)
+    c = _average_path_length([model._max_samples])[0]
+    depth = -np.log2(-model.score_samples(x)) * c  # score_samples = -2 ** (-E[h(x)] / c)
+    _assert_adds_up(got, depth)
+    explainer = shap.TreeExplainer(model)
+    _assert_close(got[:, :-1], explainer.shap_values(x), depth)
 
 
 def _lightgbm_frame() -> tuple[np.ndarray, np.ndarray]:
@@ -243,6 +256,22 @@ def test_any_max_batch_explains_in_buckets_of_its_own() -> None:
     model = GradientBoostingRegressor(n_estimators=10, random_state=0).fit(x, y)
     options = compiler.CompileOptions(explain=True, backend="numpy", max_batch=200)
     _assert_adds_up(compiler.compile(model, options=options).contributions(x), model.predict(x))
+
+
+def test_warm_up_places_every_bucket_of_the_explanation() -> None:
+    """Unwarmed buckets would run on the backend untimed: warm-up (on first use where the
+    options warm, or ``warm_explanation``) times the host kernel against the device."""
+    x, y = load_breast_cancer(return_X_y=True)
+    model = GradientBoostingClassifier(n_estimators=5, random_state=0).fit(x, y)
+    for options in (
+        compiler.CompileOptions(explain=True, max_batch=8),
+        compiler.CompileOptions(explain=True, max_batch=8, warmup=False),
+    ):
+        compiled = compiler.compile(model, options=options)
+        compiled.warm_explanation()
+        plan = compiled._explainer().plan
+        assert plan is not None and all(len(g.placements) == 4 for g in plan.graphs)
+        _assert_adds_up(compiled.contributions(x[:20]), model.decision_function(x[:20]))
 
 
 def test_features_mixing_columns_are_refused_naming_them() -> None:
