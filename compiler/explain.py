@@ -26,8 +26,16 @@ from .float32_splits import INPUT_PREFIX as SPLIT_INPUT_PREFIX
 from .float32_splits import Key
 from .schema import InputSchema
 
-#: The name of the bias column, after the input columns.
+#: The name of the bias column, after the input columns (see :func:`unused_name`).
 BIAS = "bias"
+
+
+def unused_name(name: str, taken: Sequence[str]) -> str:
+    """``name``, or with underscores in front until no input column is called so (a column
+    named ``bias`` keeps its own contribution)."""
+    while name in taken:
+        name = f"_{name}"
+    return name
 
 
 @dataclass(frozen=True)
@@ -101,7 +109,8 @@ def attribute(
         )
         for k in range(int(contributions.shape[2]))
     ]
-    names = [*(c.name for c in schema.columns), BIAS]
+    names = [c.name for c in schema.columns]
+    names.append(unused_name(BIAS, names))
     summed = {
         names[c]: [int(j) for j in np.flatnonzero(placement[:, c])]
         for c in range(n_columns + 1)

@@ -14,7 +14,7 @@ from lazy.nan import nan_reaching_columns
 
 from .context import Context, check_fitted
 from .errors import SchemaError, UnsupportedError
-from .explain import BIAS, Explanation, attribute
+from .explain import BIAS, Explanation, attribute, unused_name
 from .features import Features, Heads
 from .float32_inputs import Float32Inputs, arrives_float32
 from .float32_splits import SplitInputs
@@ -369,7 +369,7 @@ class CompiledModel:
     @property
     def contribution_columns(self) -> tuple[str, ...]:
         """The columns of :meth:`contributions`: the input columns, then the bias."""
-        return (*self.schema.names, BIAS)
+        return (*self.schema.names, unused_name(BIAS, self.schema.names))
 
     def contributions(self, data: Any) -> np.ndarray:
         """Each row's contribution of every input column to the model's raw output (margin,

@@ -23,6 +23,7 @@ from urllib.parse import quote
 import numpy as np
 import orjson
 
+from compiler.explain import unused_name
 from service.errors import BadRequest, UnsupportedMediaType
 
 JSON = "application/json"
@@ -245,6 +246,20 @@ def _decode_npy(body: bytes) -> DecodedRequest:
     return DecodedRequest(array, array.shape[0], None)
 
 
+def parse_top_k(value: str | None) -> int | None:
+    """The ``top_k`` query parameter: a positive integer, or None when absent; a 400 naming it
+    else."""
+    if value is None:
+        return None
+    try:
+        top_k = int(value)
+    except ValueError:
+        top_k = 0
+    if top_k < 1:
+        raise BadRequest(f"query parameter 'top_k' must be a positive integer, got {value!r}")
+    return top_k
+
+
 def parse_outputs(value: Any, *, field: str) -> tuple[str, ...] | None:
     """``outputs`` as given in a body (a list) or a query (comma-separated)."""
     if value is None:
@@ -304,11 +319,36 @@ def jsonable(array: np.ndarray | list[np.ndarray]) -> Any:
     return array.tolist()
 
 
-def contribution_rows(values: np.ndarray, columns: Sequence[str]) -> list[dict[str, Any]]:
-    """A ``contributions`` answer as JSON rows: per row, each input column (then ``bias``) to
-    its contribution, or to its list of contributions, one per raw output, where there are
-    several ((rows, columns) or (rows, columns, outputs) values)."""
-    return [dict(zip(columns, row, strict=True)) for row in values.tolist()]
+#: The key of the columns a ``top_k`` answer leaves out, summed (:func:`contribution_rows`).
+OTHERS = "others"
+
+
+def contribution_rows(
+    values: np.ndarray, columns: Sequence[str], top_k: int | None = None
+) -> list[dict[str, Any]]:
+    """A ``contributions`` answer as JSON rows: per row, each input column (then the bias, the
+    last of ``columns``) to its contribution, or to its list of contributions, one per raw
+    output, where there are several ((rows, columns) or (rows, columns, outputs) values).
+
+    ``top_k``: per row, only the ``top_k`` input columns of largest magnitude (the largest over
+    the outputs), largest first, then the sum of the others under :data:`OTHERS`, then the
+    bias: each row still adds up to its raw output."""
+    if top_k is None or top_k >= len(columns) - 1:
+        return [dict(zip(columns, row, strict=True)) for row in values.tolist()]
+    inputs, bias = list(columns[:-1]), columns[-1]
+    others = unused_name(OTHERS, inputs)
+    size = np.abs(values[:, :-1])
+    if size.ndim == 3:
+        size = size.max(axis=2)
+    order = np.argsort(-size, axis=1, kind="stable")
+    kept, dropped = order[:, :top_k], order[:, top_k:]
+    rows = []
+    for r in range(values.shape[0]):
+        row = {inputs[j]: values[r, j].tolist() for j in kept[r]}
+        row[others] = values[r, dropped[r]].sum(axis=0).tolist()
+        row[bias] = values[r, -1].tolist()
+        rows.append(row)
+    return rows
 
 
 def encode_json(doc: Mapping[str, Any]) -> bytes:

@@ -34,12 +34,15 @@ def add_predict_routes(app: FastAPI, parts: Components) -> None:
         body = await read_body(request)
         content_type, timeout, key = _scoring_headers(request.scope)
         decoded = codecs.decode_predict(body, content_type)
-        query, strict = None, settings.strict_columns
+        query, strict, top_k = None, settings.strict_columns, None
         if request.scope["query_string"]:
             params = request.query_params
             query = params.get("outputs")
             strict = query_flag(params, "strict_columns", strict)
+            top_k = codecs.parse_top_k(params.get("top_k"))
         outputs = decoded.outputs or codecs.parse_outputs(query, field="outputs")
+        if top_k is not None and CONTRIBUTIONS not in (outputs or ()):
+            raise BadRequest("query parameter 'top_k' applies to the output 'contributions'")
         result = await manager.predict(
             name,
             version,
@@ -60,7 +63,7 @@ def add_predict_routes(app: FastAPI, parts: Components) -> None:
         if explained is not None:
             contributions = result.outputs[CONTRIBUTIONS]
             doc["outputs"][CONTRIBUTIONS] = codecs.contribution_rows(
-                contributions, explained.columns
+                contributions, explained.columns, top_k
             )
             if explained.outputs is not None:
                 doc["contribution_outputs"] = explained.outputs

@@ -274,6 +274,15 @@ def test_warm_up_places_every_bucket_of_the_explanation() -> None:
         _assert_adds_up(compiled.contributions(x[:20]), model.decision_function(x[:20]))
 
 
+def test_an_input_column_named_bias_keeps_its_own_contribution() -> None:
+    x, y = load_diabetes(return_X_y=True)
+    frame = pd.DataFrame(x[:, :3], columns=["bias", "_bias", "age"])
+    model = GradientBoostingRegressor(n_estimators=5, random_state=0).fit(frame, y)
+    compiled = compiler.compile(model, options=EXPLAIN)
+    assert compiled.contribution_columns == ("bias", "_bias", "age", "__bias")
+    _assert_adds_up(compiled.contributions(frame), model.predict(frame))
+
+
 def test_features_mixing_columns_are_refused_naming_them() -> None:
     x, y = load_iris(return_X_y=True)
     pipe = make_pipeline(PCA(2), GradientBoostingClassifier(n_estimators=5)).fit(x, y)

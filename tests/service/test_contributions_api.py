@@ -158,6 +158,33 @@ def test_contributions_alone_by_query_on_every_scoring_route(server: LiveServer,
     ]
 
 
+def test_top_k_keeps_the_largest_columns_and_the_sum_of_the_others(
+    server: LiveServer, churn
+) -> None:
+    pipe, frame = churn
+    rows = frame.iloc[30:40]
+    c = server.client
+    full = c.post("/models/churn/predict?outputs=contributions", json=rows_of(rows)).json()
+    r = c.post("/models/churn/predict?outputs=contributions&top_k=2", json=rows_of(rows))
+    assert r.status_code == 200, r.text
+    for short, whole, raw in zip(
+        r.json()["outputs"]["contributions"],
+        full["outputs"]["contributions"],
+        pipe.decision_function(rows),
+        strict=True,
+    ):
+        kept = list(short)[:2]
+        assert list(short)[2:] == ["others", "bias"]
+        largest = sorted([*NUMERIC, "plan"], key=lambda col: -abs(whole[col]))[:2]
+        assert {abs(short[col]) for col in kept} == {abs(whole[col]) for col in largest}
+        assert math.isclose(sum(short.values()), raw, abs_tol=1e-9)
+    for bad in ("0", "two"):
+        r = c.post(f"/models/churn/predict?outputs=contributions&top_k={bad}", json=rows_of(rows))
+        assert r.status_code == 400 and "top_k" in r.json()["error"]["message"]
+    r = c.post("/models/churn/predict?top_k=2", json=rows_of(rows))
+    assert r.status_code == 400 and "contributions" in r.json()["error"]["message"]
+
+
 def test_concurrent_requests_batch_and_each_gets_its_own_rows(server: LiveServer, churn) -> None:
     pipe, frame = churn
     expected = pipe.decision_function(frame)
