@@ -74,7 +74,7 @@ def attribute(
     contributions = explanation.contributions
     width = int(contributions.shape[1])
     sources = lz.column_sources(explanation.features.node, params)[:width]
-    inputs = {"x": None, **{schema.code_input(j): j for j in schema.vocabularies}}
+    codes = {schema.code_input(j): j for j in schema.vocabularies}
     n_columns = len(schema.columns)
     placement = np.zeros((width, n_columns + 1))
     for j, found in enumerate(sources):
@@ -82,8 +82,8 @@ def attribute(
         for name, column in found:
             if name == "x":
                 columns.add(column)
-            elif name in inputs:
-                columns.add(inputs[name])
+            elif name in codes:
+                columns.add(codes[name])
             elif name.startswith(SPLIT_INPUT_PREFIX):
                 columns.add(split_keys[int(name[len(SPLIT_INPUT_PREFIX) :])][0])
             else:

@@ -332,6 +332,8 @@ class CompiledModel:
         self._float32 = Float32Inputs.of(traced.decisions) if self._dtype == np.float64 else None
         self._numeric = [c.name for c in self.schema.columns if c.kind == "numeric"]
         self._split_inputs = traced.split_inputs
+        #: The explanation program, compiled on first use (:meth:`_explainer`).
+        self._explainer_runner: Callable[[Mapping[str, np.ndarray]], Any] | None = None
         self._decoders = _decoders(traced)
         if options.backend == "interpreter":
             self._runner = lambda feed: lz.run_program(traced.program, feed)
@@ -385,6 +387,12 @@ class CompiledModel:
         """Whether :meth:`contributions` can answer (compiled with ``explain``)."""
         return self.traced.explanation is not None
 
+    @property
+    def explanation_rows(self) -> int:
+        """The most rows one run of the explanation takes without chunking: its largest bucket
+        (:data:`EXPLAIN_ROWS`, or ``max_batch`` where that is less)."""
+        return min(self.options.max_batch, EXPLAIN_ROWS)
+
     def explain_encoded(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Device phase of :meth:`contributions` on already-encoded inputs (:meth:`encode`):
         ``{"contributions": (B, R + 1, K)}``, the explanation compiled on first use."""
@@ -395,9 +403,8 @@ class CompiledModel:
         :data:`EXPLAIN_ROWS` rows (the device formulation's per-tree values are (rows, leaves,
         path) arrays: small blocks stay in cache), each placed on the host's native kernel or
         the device by warm-up timing, as any graph's buckets are."""
-        explainer = getattr(self, "_explainer_runner", None)
-        if explainer is not None:
-            return explainer  # type: ignore[no-any-return]
+        if self._explainer_runner is not None:
+            return self._explainer_runner
         program = self.traced.explanation
         if program is None:
             raise UnsupportedError(
@@ -408,7 +415,7 @@ class CompiledModel:
         if options.backend == "interpreter":
             explainer = lambda feed: lz.run_program(program, feed)  # noqa: E731
         else:
-            rows = min(options.max_batch, EXPLAIN_ROWS)
+            rows = self.explanation_rows
             # Larger calls run in chunks of the top bucket (the model's call_rows is a multiple
             # of its own max_batch, not necessarily of this one).
             scaled = replace(options, max_batch=rows, call_rows=rows)
@@ -416,7 +423,7 @@ class CompiledModel:
             # Warm-up places each bucket by timing; unwarmed buckets would run on the backend.
             explainer = lz.compile(program, lazy_options, options.cache, warmup=options.warmup)
         self._explainer_runner = explainer
-        return explainer  # type: ignore[no-any-return]
+        return explainer
 
     def warm_explanation(self) -> None:
         """Compile (or load) and place every bucket of :meth:`contributions` now, largest first,

@@ -197,8 +197,8 @@ class Loader:
 
         with self._phase(mv, LoadPhase.BUCKETS):
             model.compiled.warmup(on_bucket=warmed)
-            if model.explains:
-                _warm_explanation(model)
+            if model.explains:  # a READY version never compiles for a request
+                model.warm_explanation()
         mv.progress = LoadProgress(Phase.PARITY, total, total)
         with self._phase(mv, LoadPhase.PARITY):
             result = parity.gate(
@@ -218,12 +218,6 @@ class Loader:
         mv.reference = _reference(model, schema_sample)
         mv.model = model
         mv.source = estimator  # live parity rescores sampled rows with it (service.live_parity)
-
-
-def _warm_explanation(model: compiler.CompiledModel) -> None:
-    """Compile (or load from the cache) and place every bucket of ``model``'s contributions:
-    a READY version never compiles for a request."""
-    model.warm_explanation()
 
 
 def _reference(model: compiler.CompiledModel, sample: Any) -> Reference:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-import compiler
 import lazy as lz
 from service.admission import ScoringLoad
 from service.batcher import Batcher, BatchInfo
@@ -86,7 +85,7 @@ class Serving:
 
         explainer = Batcher(
             mv.model.explain_encoded,
-            max_batch_rows=explain_rows(mv.model),
+            max_batch_rows=mv.model.explanation_rows,
             max_queue_rows=self.settings.max_queue_rows,
             executor=mv.executor,
             max_wait_s=self.settings.batch_wait_ms / 1e3,
@@ -121,9 +120,3 @@ class Serving:
         if mv.executor is not None:
             mv.executor.shutdown(wait=False)
             mv.executor = None
-
-
-def explain_rows(model: compiler.CompiledModel) -> int:
-    """The most rows one batch of ``model``'s contributions holds: its explanation program's
-    largest bucket (:data:`compiler.model.EXPLAIN_ROWS`, or the model's ``max_batch`` if less)."""
-    return min(model.options.max_batch, compiler.model.EXPLAIN_ROWS)

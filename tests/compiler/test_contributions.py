@@ -263,12 +263,13 @@ def test_warm_up_places_every_bucket_of_the_explanation() -> None:
     options warm, or ``warm_explanation``) times the host kernel against the device."""
     x, y = load_breast_cancer(return_X_y=True)
     model = GradientBoostingClassifier(n_estimators=5, random_state=0).fit(x, y)
-    for options in (
-        compiler.CompileOptions(explain=True, max_batch=8),
-        compiler.CompileOptions(explain=True, max_batch=8, warmup=False),
-    ):
+    for warmup in (True, False):
+        options = compiler.CompileOptions(explain=True, max_batch=8, warmup=warmup)
         compiled = compiler.compile(model, options=options)
-        compiled.warm_explanation()
+        if warmup:  # warmed by the first call
+            compiled.contributions(x[:1])
+        else:
+            compiled.warm_explanation()
         plan = compiled._explainer().plan
         assert plan is not None and all(len(g.placements) == 4 for g in plan.graphs)
         _assert_adds_up(compiled.contributions(x[:20]), model.decision_function(x[:20]))
