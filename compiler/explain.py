@@ -10,6 +10,14 @@ column's input column by reading the graph (:func:`lazy.column_sources`), so eve
 that keeps columns apart is attributed without knowing about it; a feature computed from two
 input columns (a PCA component, a product) cannot be split between them and is refused, naming
 it. The contributions of the input columns and the bias then sum to the raw output of each row.
+
+Trees explain themselves against their own training covers (path-dependent TreeSHAP). An additive
+model (a linear one: a sum of terms, each of one feature) is explained interventionally instead:
+for ``f(x) = b + sum_c h_c(x_c)``, input column c's Shapley value against background rows is
+``h_c(x_c) - mean(h_c)`` over them, whatever ``h_c`` is. Its converter hands over the terms
+uncentred (:func:`additive`); the compiled model sums them by input column, so one-hot and
+scaled columns become the column's ``h_c``, and centres them on the background rows
+(:func:`centre`).
 """
 
 from __future__ import annotations
@@ -47,6 +55,9 @@ class Explanation:
     expected: np.ndarray
     features: lz.LazyTensor
     where: str
+    #: The contributions are an additive model's terms, not centred: the compiled model centres
+    #: them by input column on background rows (:func:`centre`).
+    background: bool = False
 
     def scaled(self, factor: float) -> Explanation:
         """The same for outputs ``factor`` times these (a mean over trees, say)."""
@@ -58,6 +69,33 @@ class Explanation:
         """The same for outputs ``offset`` higher (an initial score, a baseline)."""
         shift = np.broadcast_to(np.asarray(offset, np.float64), self.expected.shape)
         return replace(self, expected=self.expected + shift)
+
+
+def additive(
+    features: lz.LazyTensor,
+    coef: np.ndarray,
+    intercept: np.ndarray | float,
+    where: str,
+    param: Callable[[np.ndarray, str], lz.LazyTensor],
+) -> Explanation:
+    """The raw outputs ``features @ coef.T + intercept`` (scikit-learn's ``coef`` (K, F) or
+    (F,)) as an additive model's terms ``coef[k, j] * x_j``, to be centred on background rows.
+    ``param``: makes a float64 graph parameter of a value and a name."""
+    w = np.atleast_2d(np.asarray(coef, np.float64))
+    x = features if features.dtype == "float64" else lz.cast(features, "float64")
+    terms = lz.expand_dims(x, 2) * param(w.T[np.newaxis], "contribution_coef")
+    expected = np.broadcast_to(np.asarray(intercept, np.float64), (w.shape[0],)).copy()
+    return Explanation(terms, expected, features, where, background=True)
+
+
+def centre(background: np.ndarray) -> np.ndarray:
+    """The shift (R + 1, K) that centres :func:`attribute`'s table (R input columns, then the
+    bias) on background rows, given their table (n, R + 1, K): each column's mean over them
+    moves into the bias, so every row still sums to its output."""
+    if background.shape[0] == 0:
+        raise ValueError("no background rows")
+    means = background[:, :-1].mean(axis=0)
+    return np.concatenate([-means, means.sum(axis=0, keepdims=True)])
 
 
 def attribute(

@@ -14,7 +14,7 @@ from lazy.nan import nan_reaching_columns
 
 from .context import Context, check_fitted
 from .errors import SchemaError, UnsupportedError
-from .explain import BIAS, Explanation, attribute, unused_name
+from .explain import BIAS, Explanation, attribute, centre, unused_name
 from .features import Features, Heads
 from .float32_inputs import Float32Inputs, arrives_float32
 from .float32_splits import SplitInputs
@@ -84,7 +84,8 @@ def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None 
     float64_splits: frozenset[int] = frozenset()
     for _ in range(_MAX_TRACES):
         wanted = ctx.float64_segment()
-        needs_input = ctx.wants_float64_input or ctx.float64_inputs
+        # An additive model's explanation reads the client's float64 values (see _explained).
+        needs_input = ctx.wants_float64_input or ctx.float64_inputs or _additive(heads, options)
         conflicting = ctx.conflicting_splits()
         if (
             wanted.keys() <= float64.keys()
@@ -101,11 +102,10 @@ def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None 
     builder = ctx.builder
     methods = _methods(estimator, heads, options)
     outputs = {m: heads.outputs[m] for m in methods}
-    contributions = None
+    explanation = None
     if options.explain:
-        contributions, ctx.report.contributions = _contributions(estimator, heads, ctx)
+        explanation, ctx.report.contributions = _explained(estimator, heads, ctx, sample)
     program = builder.build(outputs)
-    explanation = None if contributions is None else builder.build({"contributions": contributions})
     split_inputs = SplitInputs.of(
         {key: thresholds for key, (_, thresholds) in ctx.split_columns.items()}
     )
@@ -135,26 +135,63 @@ def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None 
     )  # fmt: skip
 
 
-def _contributions(
-    estimator: Any, heads: Heads, ctx: Context
-) -> tuple[lz.LazyTensor, dict[str, list[int]]]:
-    """The explanation the final step traced, attributed to the input columns (and which
-    features each column sums)."""
+def _additive(heads: Heads, options: CompileOptions) -> bool:
+    """Whether the options ask for explanations and the model's is an additive model's."""
+    explanation = heads.extra.get("explanation")
+    return options.explain and isinstance(explanation, Explanation) and explanation.background
+
+
+def _explained(
+    estimator: Any, heads: Heads, ctx: Context, sample: Any
+) -> tuple[lz.Program, dict[str, list[int]]]:
+    """The explanation program of the final step's explanation, attributed to the input
+    columns, and which features each column sums. An additive model's terms are its features'
+    values, which a float32 trace rounds: its explanation is traced again in float64 (from the
+    float64 input table, which the prediction trace was made to take), then centred on the
+    ``sample`` rows."""
     explanation = heads.extra.get("explanation")
     if not isinstance(explanation, Explanation):
         raise UnsupportedError(
             f"{type(estimator).__name__}: contributions are not supported for this model; "
             "supported: tree ensembles (scikit-learn's trees, forests, gradient boosting, "
-            "histogram gradient boosting and isolation forests; LightGBM; XGBoost), alone or at "
-            "the end of a pipeline"
+            "histogram gradient boosting and isolation forests; LightGBM; XGBoost) and linear "
+            "models, alone or at the end of a pipeline"
         )
-    return attribute(
-        explanation,
-        ctx.builder.params,
-        ctx.schema,
-        tuple(ctx.split_columns),
-        lambda value, name: ctx.param(value, name, dtype="float64"),
+    if explanation.background and ctx.options.dtype != "float64":
+        assert ctx.raw is not None
+        float64 = replace(ctx.options, dtype="float64")
+        ctx, heads = _convert(estimator, sample, float64, ctx.raw.dtype)
+        explanation = heads.extra["explanation"]
+        assert isinstance(explanation, Explanation)
+
+    def param(value: np.ndarray, name: str) -> lz.LazyTensor:
+        return ctx.param(value, name, dtype="float64")
+
+    table, summed = attribute(
+        explanation, ctx.builder.params, ctx.schema, tuple(ctx.split_columns), param
     )
+    if explanation.background:
+        shift = centre(_on_background(table, ctx, sample, explanation.where))
+        table = table + param(shift, "contribution_centre")
+    return ctx.builder.build({"contributions": table}), summed
+
+
+def _on_background(table: lz.LazyTensor, ctx: Context, sample: Any, where: str) -> np.ndarray:
+    """``table`` (a traced (B, R + 1, K) value) on the ``sample`` rows, the background of an
+    additive model's contributions."""
+    if sample is None or len(sample) == 0:
+        raise UnsupportedError(
+            f"{where}: a linear model's contributions are measured against background rows "
+            "(interventional SHAP: each column's part minus its mean over them); give rows as "
+            "the sample (compile's sample=, the sample of a registration)"
+        )
+    assert ctx.raw is not None  # a traced model always has its input table
+    feed, _ = ctx.schema.to_feed(sample, ctx.raw.dtype)
+    splits = SplitInputs.of({key: t for key, (_, t) in ctx.split_columns.items()})
+    if splits.keys:
+        feed.update(splits.encode(feed["x"]))
+    program = ctx.builder.build({"contributions": table})
+    return np.asarray(lz.run_program(program, feed)["contributions"], np.float64)
 
 
 #: The largest bucket of an explanation program (larger calls are chunked).

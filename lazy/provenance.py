@@ -5,8 +5,11 @@ of the columns it sent: a one-hot column is its string column, a scaled column t
 analysis reads that off the graph: for every column (axis 1) of a batched value, the set of
 (input name, column) pairs some path of ops leads from. It is exact where ops keep columns
 apart — elementwise arithmetic with broadcasting, slices and constant gathers, concatenation,
-a matrix product with a parameter (its nonzero entries) — and conservative elsewhere: any other
-op makes each of its output columns depend on every column of every operand.
+a matrix product with a parameter (its nonzero entries), table look-ups by batched indices
+(category codes), and on (B, k, ...) values reshapes,
+reductions, slices and gathers along the trailing axes (a binning's (B, k, edges) compares) —
+and conservative elsewhere: any other op makes each of its output columns depend on every
+column of every operand.
 """
 
 from __future__ import annotations
@@ -42,9 +45,9 @@ def column_sources(node: Node, params: Mapping[str, np.ndarray]) -> tuple[frozen
 
 
 def _width(node: Node) -> int:
-    """The columns of a batched value: 1 for (B,), k for (B, k), 1 for anything wider (its
-    trailing axes are not columns this analysis follows)."""
-    return int(node.shape[1]) if len(node.shape) == 2 else 1
+    """The columns of a batched value: 1 for (B,), k for (B, k, ...) (axis 1; the trailing
+    axes are within a column)."""
+    return int(node.shape[1]) if len(node.shape) >= 2 else 1
 
 
 def _union(operands: list[Columns]) -> frozenset[Source]:
@@ -69,27 +72,27 @@ def _columns(node: Node, operands: list[Columns], params: Mapping[str, np.ndarra
         return tuple(frozenset({(name, j)}) for j in range(_width(node)))
     if not is_batched(node.shape):  # parameters, constants and what they alone compute
         return None
-    if len(node.shape) > 2 or any(
-        o is not None and len(i.shape) > 2 for o, i in zip(operands, node.inputs, strict=True)
-    ):
-        return _everywhere(node, operands)
     kind = SPECS[op].kind
     if kind in ELEMENTWISE_KINDS:
         return _elementwise(node, operands)
+    if op in _AXES_REDUCTIONS:
+        return _reduction(node, operands)
     rule = _RULES.get(op)
     return rule(node, operands, params) if rule is not None else _everywhere(node, operands)
 
 
 def _elementwise(node: Node, operands: list[Columns]) -> Columns:
-    width = _width(node)
+    width, rank = _width(node), len(node.shape)
     out = [set() for _ in range(width)]
     for columns, operand in zip(operands, node.inputs, strict=True):
         if columns is None:
             continue
-        if len(columns) == width and (len(operand.shape) == len(node.shape)):
+        same_rank = len(operand.shape) == rank
+        if len(columns) == width and same_rank:
             for j, sources in enumerate(columns):
                 out[j] |= sources
-        elif len(columns) == 1:  # (B, 1) or (B,) broadcast along the columns
+        elif len(columns) == 1 and (same_rank or rank <= 2):
+            # (B, 1, ...), or (B,) beside (B, k): broadcast along the columns
             for j in range(width):
                 out[j] |= columns[0]
         else:
@@ -97,18 +100,42 @@ def _elementwise(node: Node, operands: list[Columns]) -> Columns:
     return tuple(frozenset(s) for s in out)
 
 
+def _reduction(node: Node, operands: list[Columns]) -> Columns:
+    """A reduction over trailing axes only keeps each column's sources."""
+    (columns,) = operands
+    rank = len(node.inputs[0].shape)
+    axes = {a % rank for a in node.attr("axes")}
+    if columns is None or axes & {0, 1}:
+        return _everywhere(node, operands)
+    return columns
+
+
 def _slice(node: Node, operands: list[Columns], params: Mapping[str, np.ndarray]) -> Columns:
     (columns,) = operands
-    source = node.inputs[0]
-    if columns is None or len(source.shape) != 2 or node.attr("axis") != 1:
+    rank = len(node.inputs[0].shape)
+    axis = node.attr("axis") % rank
+    if columns is None or axis == 0 or rank == 1:
         return _everywhere(node, operands)
+    if axis > 1:  # within each column
+        return columns
     return columns[node.attr("start") : node.attr("stop") : node.attr("step")]
 
 
 def _take(node: Node, operands: list[Columns], params: Mapping[str, np.ndarray]) -> Columns:
     data, indices = operands
     source, index = node.inputs
-    if data is not None and indices is None and len(source.shape) == 2 and node.attr("axis") == 1:
+    rank = len(source.shape)
+    axis = node.attr("axis") % rank if rank else 0
+    if data is None and indices is not None and axis == 0:
+        # A table look-up by batched indices: the output is indices.shape + the table's
+        # trailing shape, so each output column is its index column's (a (B,) index: all of
+        # the output's columns are that one's).
+        if len(index.shape) >= 2:
+            return indices
+        return indices * _width(node)
+    if data is not None and indices is None and axis >= 1:
+        if axis > 1:  # unbatched indices along a trailing axis: within each column
+            return data
         picked = _value(index, params)
         if picked is not None and picked.ndim == 1:
             return tuple(data[int(j)] for j in picked)
@@ -116,7 +143,11 @@ def _take(node: Node, operands: list[Columns], params: Mapping[str, np.ndarray])
 
 
 def _concat(node: Node, operands: list[Columns], params: Mapping[str, np.ndarray]) -> Columns:
-    if node.attr("axis") not in (1, -1) or len(node.shape) != 2:
+    rank = len(node.shape)
+    axis = node.attr("axis") % rank
+    if axis > 1 and all(len(i.shape) == rank for i in node.inputs):  # within each column
+        return _elementwise(node, operands)
+    if axis != 1 or rank != 2:
         return _everywhere(node, operands)
     out: list[frozenset[Source]] = []
     for columns, operand in zip(operands, node.inputs, strict=True):
@@ -128,7 +159,9 @@ def _concat(node: Node, operands: list[Columns], params: Mapping[str, np.ndarray
 def _reshape(node: Node, operands: list[Columns], params: Mapping[str, np.ndarray]) -> Columns:
     (columns,) = operands
     if columns is not None and len(columns) == _width(node):
-        return columns  # (B,) ↔ (B, 1), or the same (B, k)
+        # (B,) ↔ (B, 1), or (B, k, ...) → (B, k, ...): row-major, the same axis 1 keeps each
+        # element in its column
+        return columns
     return _everywhere(node, operands)
 
 
@@ -159,6 +192,9 @@ def _value(node: Node, params: Mapping[str, np.ndarray]) -> np.ndarray | None:
         return None if value is None else np.asarray(value)
     return None
 
+
+#: Reductions over an ``axes`` attribute.
+_AXES_REDUCTIONS = frozenset({Op.SUM, Op.MAX, Op.MIN, Op.REDUCE_AND, Op.LOGSUMEXP})
 
 _RULES = {
     Op.SLICE: _slice,

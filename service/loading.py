@@ -88,7 +88,14 @@ class Loader:
             log.warning(
                 "unpickled an upload for model %s", upload.name, extra={"model": upload.name}
             )
-        compiler.trace(loaded.estimator, options=self._trace_options(upload.options))
+        # An explanation may need the sample's rows (a linear model's background): checked here
+        # with them. Otherwise a bad sample fails the version's load, which reports it.
+        sample = None
+        if upload.options.explain and upload.sample is not None:
+            schema = compiler.schema_for(loaded.estimator)
+            sample = parity.source_input(schema, upload.sample)
+        options = self._trace_options(upload.options)
+        compiler.trace(loaded.estimator, sample=sample, options=options)
         return loaded
 
     @contextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -50,6 +51,7 @@ import lazy as lz
 from ..blocks import affine, binary_proba, decision_heads
 from ..context import Context
 from ..errors import UnsupportedError
+from ..explain import additive
 from ..features import Features, Heads
 from ..registry import register
 
@@ -85,7 +87,23 @@ from ..registry import register
     limits="predict (BayesianRidge / ARDRegression: the mean, without return_std)",
 )
 def linear_regressor(est: Any, features: Features, ctx: Context) -> Heads:
-    return Heads({"predict": affine(features.values, est.coef_, est.intercept_, ctx)})
+    heads = Heads({"predict": affine(features.values, est.coef_, est.intercept_, ctx)})
+    return explained(heads, features, est.coef_, est.intercept_, ctx)
+
+
+def explained(heads: Heads, features: Features, coef: Any, intercept: Any, ctx: Context) -> Heads:
+    """``heads`` with, where the options ask for explanations, the raw outputs ``features @
+    coef.T + intercept`` explained as an additive model (:func:`~compiler.explain.additive`)."""
+    if not ctx.options.explain:
+        return heads
+    explanation = additive(
+        features.values,
+        coef,
+        intercept,
+        ctx.path,
+        lambda value, name: ctx.param(value, name, dtype="float64"),
+    )
+    return replace(heads, extra={**heads.extra, "explanation": explanation})
 
 
 @register(
@@ -99,10 +117,13 @@ def glm_regressor(est: Any, features: Features, ctx: Context) -> Heads:
     raw = affine(features.values, est.coef_, est.intercept_, ctx)
     link = type(est._base_loss.link).__name__  # what GLM.predict inverts
     if link == "IdentityLink":
-        return Heads({"predict": raw})
-    if link == "LogLink":
-        return Heads({"predict": lz.exp(raw)})
-    raise UnsupportedError(f"{type(est).__name__} with a {link} is not supported")
+        heads = Heads({"predict": raw})
+    elif link == "LogLink":
+        heads = Heads({"predict": lz.exp(raw)})
+    else:
+        raise UnsupportedError(f"{type(est).__name__} with a {link} is not supported")
+    # The linear predictor is explained (the log of the mean, under a log link), as shap does.
+    return explained(heads, features, est.coef_, est.intercept_, ctx)
 
 
 @register(
@@ -118,7 +139,8 @@ def logistic_regression(est: Any, features: Features, ctx: Context) -> Heads:
         proba = binary_proba(lz.sigmoid(decision))
     else:
         proba = lz.softmax(decision, axis=1)
-    return decision_heads(decision, est.classes_, predict_proba=proba)
+    heads = decision_heads(decision, est.classes_, predict_proba=proba)
+    return explained(heads, features, est.coef_, est.intercept_, ctx)
 
 
 def _linear_decision(est: Any, features: Features, ctx: Context) -> lz.LazyTensor:
@@ -145,7 +167,8 @@ def linear_classifier(est: Any, features: Features, ctx: Context) -> Heads:
             f"{type(est).__name__} fitted on multilabel targets is not supported; "
             "supported: binary and multiclass targets"
         )
-    return decision_heads(_linear_decision(est, features, ctx), est.classes_)
+    heads = decision_heads(_linear_decision(est, features, ctx), est.classes_)
+    return explained(heads, features, est.coef_, est.intercept_, ctx)
 
 
 @register(
@@ -161,7 +184,8 @@ def sgd_classifier(est: Any, features: Features, ctx: Context) -> Heads:
         extra["predict_proba"] = _ovr_normalised(lz.sigmoid(decision))
     elif est.loss == "modified_huber":
         extra["predict_proba"] = _modified_huber_proba(decision)
-    return decision_heads(decision, est.classes_, **extra)
+    heads = decision_heads(decision, est.classes_, **extra)
+    return explained(heads, features, est.coef_, est.intercept_, ctx)
 
 
 def _ovr_normalised(prob: lz.LazyTensor) -> lz.LazyTensor:
@@ -189,4 +213,5 @@ def sgd_one_class_svm(est: Any, features: Features, ctx: Context) -> Heads:
     score = affine(features.values, np.ravel(est.coef_), 0.0, ctx)
     decision = score - ctx.param(np.ravel(est.offset_), "offset_")[0]
     predict = lz.where(decision >= 0.0, lz.const(np.int32(1)), lz.const(np.int32(-1)))
-    return Heads({"predict": predict, "decision_function": decision, "score_samples": score})
+    heads = Heads({"predict": predict, "decision_function": decision, "score_samples": score})
+    return explained(heads, features, np.ravel(est.coef_), 0.0, ctx)

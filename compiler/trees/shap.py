@@ -41,6 +41,7 @@ import lazy as lz
 
 from ..context import Context
 from ..errors import UnsupportedError
+from .categorical import as_membership_splits
 from .leaves import constant
 from .model import Ensemble, Tree
 from .splits import SplitColumns, split_columns
@@ -123,10 +124,7 @@ def path_tables(ensemble: Ensemble, folded: Ensemble, cols: SplitColumns, where:
     """The tables of ``ensemble`` (the source's trees and features), tested as ``folded`` (the
     same nodes, split as the compiled model decides them) on ``cols``."""
     if ensemble.has_categorical:
-        raise UnsupportedError(
-            f"{where}: contributions of categorical splits are not supported yet; supported: "
-            "numeric splits (LightGBM's and XGBoost's categorical splits included)"
-        )
+        raise ValueError("categorical splits: make them membership splits first")
     trees = ensemble.trees
     players = sorted({ensemble.player(int(f)) for t in trees for f in t.feature[~t.is_leaf]}) or [0]
     slot = {p: i for i, p in enumerate(players)}
@@ -197,6 +195,8 @@ def tree_contributions(
     expected value (K,); the two sum to the ensemble's output. ``folded`` and ``x``: the
     ensemble as the compiled model decides it and the matrix it reads
     (:func:`.folding.exact_splits`)."""
+    if folded.has_categorical:  # HistGradientBoosting's: as numeric splits on 0/1 columns
+        ensemble, folded, x = as_membership_splits(ensemble, folded, x, ctx)
     cols = split_columns(folded, x, ctx)
     tables = path_tables(ensemble, folded, cols, ctx.path)
     n_trees, n_leaves, depth, widest = tables.column.shape

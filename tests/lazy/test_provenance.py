@@ -46,6 +46,27 @@ def test_a_matrix_product_reads_its_nonzero_weights() -> None:
     assert got == [[("x", 0), ("x", 2)], [("x", 2)]]
 
 
+def test_per_column_tables_along_a_third_axis_keep_their_column() -> None:
+    """A binning's (B, k, edges) compares, counted back to (B, k): each count is its column's;
+    slices, gathers and concatenation along the trailing axis too."""
+    edges = np.array([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]])
+
+    def binned(b, x):  # type: ignore[no-untyped-def]
+        passed = lz.cast(lz.expand_dims(x, 2) >= b.param(edges, "edges"), "int32")
+        both = lz.concat([passed, passed[:, :, :1]], axis=2)
+        picked = lz.take(both, b.param(np.array([0, 2]), "pick"), axis=2)
+        return lz.sum(picked, axis=2) + lz.max(passed, axis=-1)
+
+    assert _sources(binned) == [[("x", j)] for j in range(3)]
+
+
+def test_a_reduction_across_columns_mixes_them() -> None:
+    got = _sources(lambda b, x: lz.sum(lz.expand_dims(x, 2), axis=(1, 2), keepdims=True)[:, 0])
+    assert got == [[("x", 0), ("x", 1), ("x", 2)]]
+    got = _sources(lambda b, x: lz.reshape(lz.expand_dims(x, 1), (lz.B, 3)))
+    assert got == [[("x", 0), ("x", 1), ("x", 2)]] * 3
+
+
 def test_a_one_hot_of_host_codes_is_its_code_column() -> None:
     got = _sources(
         lambda b, c: lz.cast(

@@ -15,11 +15,13 @@ import pandas as pd
 import pytest
 import skops.io as sio
 import tritonclient.grpc as tgrpc
+from sklearn.base import clone
 from sklearn.compose import ColumnTransformer
 from sklearn.datasets import load_iris
 from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier
 from sklearn.impute import SimpleImputer
 from sklearn.linear_model import LogisticRegression
+from sklearn.naive_bayes import GaussianNB
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
@@ -81,13 +83,29 @@ def server(tmp_path_factory: pytest.TempPathFactory, churn, iris) -> Iterator[Li
     # Registered without explain.
     r = live.register("plain", sio.dumps(linear(flowers)), options='{"max_batch": 4}')
     assert r.status_code == 201, r.text
+    # A linear model explains against its sample's rows.
+    background = frame.head(BACKGROUND_ROWS).to_json(orient="records")
+    r = live.register(
+        "churn_linear", sio.dumps(churn_linear(churn)), sample=background, options=EXPLAIN
+    )
+    assert r.status_code == 201, r.text
     yield live
     live.stop()
 
 
 def linear(frame: pd.DataFrame) -> LogisticRegression:
-    """A model that has no contributions."""
     return LogisticRegression(max_iter=500).fit(frame, np.arange(len(frame)) % 3)
+
+
+#: The rows of the churn frame the linear model is registered with: its background.
+BACKGROUND_ROWS = 50
+
+
+def churn_linear(churn: tuple[Pipeline, pd.DataFrame]) -> Pipeline:
+    """The churn pipeline's featurization before a logistic regression."""
+    pipe, frame = churn
+    model = Pipeline([("pre", clone(pipe[0])), ("lr", LogisticRegression(max_iter=1000))])
+    return model.fit(frame, pipe.predict(frame))
 
 
 def rows_of(frame: pd.DataFrame) -> list[dict[str, Any]]:
@@ -229,15 +247,43 @@ def test_several_raw_outputs_map_each_column_to_one_value_per_class(
 
 # -- refusals -----------------------------------------------------------------------------------
 def test_a_model_that_cannot_explain_is_refused_at_registration(server: LiveServer, iris) -> None:
-    data = sio.dumps(linear(iris[1]))
-    r = server.register("plain", data, options='{"explain": true}')
+    _, frame = iris
+    bayes = sio.dumps(GaussianNB().fit(frame, np.arange(len(frame)) % 3))
+    r = server.register("plain", bayes, options='{"explain": true}')
     assert r.status_code == 422, r.text
     message = r.json()["error"]["message"]
-    assert "LogisticRegression" in message and "contributions are not supported" in message
+    assert "GaussianNB" in message and "contributions are not supported" in message
+    # A linear model explains against background rows: without a sample it has none.
+    r = server.register("plain", sio.dumps(linear(frame)), options='{"explain": true}')
+    assert r.status_code == 422, r.text
+    assert "background rows" in r.json()["error"]["message"]
+    assert "sample" in r.json()["error"]["message"]
     # Refused before a version number was reserved: the next registration is version 2.
-    r = server.register("plain", data, options='{"max_batch": 4}', promote=False)
+    r = server.register("plain", bayes, options='{"max_batch": 4}', promote=False)
     assert r.status_code == 201, r.text
     assert r.json()["version"] == "2"
+
+
+def test_a_linear_model_is_explained_against_its_registration_sample(
+    server: LiveServer, churn
+) -> None:
+    """Each column's part minus its mean over the sample's rows, as shap.LinearExplainer gives
+    it with that background; summed by the column the client sent."""
+    _, frame = churn
+    model = churn_linear(churn)
+    rows = probe_rows(frame)
+    r = server.client.post("/models/churn_linear/predict?outputs=contributions", json=rows_of(rows))
+    assert r.status_code == 200, r.text
+    matrix = as_matrix(r.json()["outputs"]["contributions"], COLUMNS)
+    np.testing.assert_allclose(matrix.sum(axis=1), model.decision_function(rows), atol=1e-12)
+    options = compiler.CompileOptions(explain=True, backend="interpreter")
+    background = frame.head(BACKGROUND_ROWS)
+    local = compiler.compile(model, sample=background, options=options).contributions(rows)
+    np.testing.assert_allclose(matrix, local, rtol=0, atol=1e-12)
+    # The bias is the mean raw output over the background rows.
+    np.testing.assert_allclose(
+        matrix[:, -1], model.decision_function(background).mean(), rtol=0, atol=1e-12
+    )
 
 
 def test_contributions_of_a_version_without_explain_are_a_400(server: LiveServer, iris) -> None:
