@@ -58,11 +58,17 @@ class Explanation:
     #: The contributions are an additive model's terms, not centred: the compiled model centres
     #: them by input column on background rows (:func:`centre`).
     background: bool = False
+    #: (F, K): a linear model's coefficients, its terms ``features[:, j] * weights[j, k]``; then
+    #: the terms may be read through a projection before the features (:func:`attribute`).
+    weights: np.ndarray | None = None
 
     def scaled(self, factor: float) -> Explanation:
         """The same for outputs ``factor`` times these (a mean over trees, say)."""
         return replace(
-            self, contributions=self.contributions * factor, expected=self.expected * factor
+            self,
+            contributions=self.contributions * factor,
+            expected=self.expected * factor,
+            weights=None if self.weights is None else self.weights * factor,
         )
 
     def shifted(self, offset: np.ndarray | float) -> Explanation:
@@ -82,10 +88,21 @@ def additive(
     (F,)) as an additive model's terms ``coef[k, j] * x_j``, to be centred on background rows.
     ``param``: makes a float64 graph parameter of a value and a name."""
     w = np.atleast_2d(np.asarray(coef, np.float64))
-    x = features if features.dtype == "float64" else lz.cast(features, "float64")
-    terms = lz.expand_dims(x, 2) * param(w.T[np.newaxis], "contribution_coef")
     expected = np.broadcast_to(np.asarray(intercept, np.float64), (w.shape[0],)).copy()
-    return Explanation(terms, expected, features, where, background=True)
+    return _linear_terms(features, w.T, expected, where, param)
+
+
+def _linear_terms(
+    features: lz.LazyTensor,
+    weights: np.ndarray,
+    expected: np.ndarray,
+    where: str,
+    param: Callable[[np.ndarray, str], lz.LazyTensor],
+) -> Explanation:
+    """The terms ``features[:, j] * weights[j, k]`` (B, F, K), in float64."""
+    x = features if features.dtype == "float64" else lz.cast(features, "float64")
+    terms = lz.expand_dims(x, 2) * param(weights[np.newaxis], "contribution_coef")
+    return Explanation(terms, expected, features, where, background=True, weights=weights)
 
 
 def centre(background: np.ndarray) -> np.ndarray:
@@ -98,19 +115,15 @@ def centre(background: np.ndarray) -> np.ndarray:
     return np.concatenate([-means, means.sum(axis=0, keepdims=True)])
 
 
-def attribute(
+def _placement(
     explanation: Explanation,
     params: Mapping[str, np.ndarray],
     schema: InputSchema,
     split_keys: Sequence[Key],
-    param: Callable[[np.ndarray, str], lz.LazyTensor],
-) -> tuple[lz.LazyTensor, dict[str, list[int]]]:
-    """(B, R + 1, K) float64: each row's contributions by input column (the schema's R, in its
-    order), then the bias (the expected value, and any feature computed from no input); and
-    each of those columns → the features summed into it (for the compile report). ``param``:
-    makes a float64 graph parameter of a value and a name."""
-    contributions = explanation.contributions
-    width = int(contributions.shape[1])
+) -> np.ndarray:
+    """(F, R + 1): each feature's input column (one-hot), the bias for features computed from
+    none; refused for a feature computed from several."""
+    width = int(explanation.contributions.shape[1])
     sources = lz.column_sources(explanation.features.node, params)[:width]
     codes = {schema.code_input(j): j for j in schema.vocabularies}
     n_columns = len(schema.columns)
@@ -135,8 +148,67 @@ def attribute(
                 f"{explanation.where}: contributions are given per input column, but feature "
                 f"{j} is computed from several ({names}); supported: features each computed "
                 "from one input column (scalers, imputers, encoders, binning, one-hot)"
+                + (
+                    ", or a linear model's features projected from such (PCA)"
+                    if explanation.weights is not None
+                    else ""
+                )
             )
         placement[j, columns.pop() if columns else n_columns] = 1.0
+    return placement
+
+
+def _through_projections(
+    explanation: Explanation,
+    params: Mapping[str, np.ndarray],
+    schema: InputSchema,
+    split_keys: Sequence[Key],
+    param: Callable[[np.ndarray, str], lz.LazyTensor],
+) -> tuple[Explanation, np.ndarray]:
+    """A linear model's explanation, and its :func:`_placement`, on the shallowest values its
+    features are an affine map of (``features = z @ W + c``: a PCA of scaled columns) whose
+    columns each come from one input column: the model is additive in those, with terms ``z_i
+    (W @ weights)_i`` and ``c @ weights`` in the expected value. Refused, naming the features'
+    first mixed column, where no such values precede them."""
+    assert explanation.weights is not None
+    refused: UnsupportedError | None = None
+    for inner, w, c in lz.affine_inputs(explanation.features.node, params):
+        candidate = explanation
+        if inner is not explanation.features.node:
+            candidate = _linear_terms(
+                lz.LazyTensor(inner),
+                w @ explanation.weights,
+                explanation.expected + c @ explanation.weights,
+                explanation.where,
+                param,
+            )
+        try:
+            return candidate, _placement(candidate, params, schema, split_keys)
+        except UnsupportedError as error:
+            refused = refused or error
+    assert refused is not None
+    raise refused
+
+
+def attribute(
+    explanation: Explanation,
+    params: Mapping[str, np.ndarray],
+    schema: InputSchema,
+    split_keys: Sequence[Key],
+    param: Callable[[np.ndarray, str], lz.LazyTensor],
+) -> tuple[lz.LazyTensor, dict[str, list[int]]]:
+    """(B, R + 1, K) float64: each row's contributions by input column (the schema's R, in its
+    order), then the bias (the expected value, and any feature computed from no input); and
+    each of those columns → the features summed into it (for the compile report). ``param``:
+    makes a float64 graph parameter of a value and a name."""
+    if explanation.weights is not None:
+        explanation, placement = _through_projections(
+            explanation, params, schema, split_keys, param
+        )
+    else:
+        placement = _placement(explanation, params, schema, split_keys)
+    contributions = explanation.contributions
+    n_columns = len(schema.columns)
     place = param(placement, "contribution_columns")
     bias = np.zeros((len(explanation.expected), n_columns + 1))
     bias[:, n_columns] = explanation.expected

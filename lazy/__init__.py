@@ -39,7 +39,7 @@ from .node import Node
 from .ops import HOST_ONLY, SPECS, Op
 from .plan import DEVICE, HOST, ExecutionPlan, GraphPlan, Placement, PlanError
 from .program import Builder, GraphStage, HostStage, Program
-from .provenance import column_sources
+from .provenance import affine_inputs, column_sources
 from .shapes import B
 from .special_values import Special, may_be_nan, special_values
 from .stats import CacheStats, CompileCause, RunStats
@@ -129,6 +129,7 @@ __all__ = [
     "ShapeError",
     "Special",
     "WarmedBucket",
+    "affine_inputs",
     "argmax",
     "broadcast_to",
     "cast",

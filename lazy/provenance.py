@@ -14,7 +14,7 @@ column of every operand.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 
@@ -204,3 +204,58 @@ _RULES = {
     Op.BROADCAST: _broadcast,
     Op.MATMUL: _matmul,
 }
+
+
+#: An affine map of a batched value: (inner (B, G), W (G, F), c (F,)), the value being
+#: ``inner @ W + c``.
+Affine = tuple[Node, np.ndarray, np.ndarray]
+
+
+def affine_inputs(node: Node, params: Mapping[str, np.ndarray]) -> Iterator[Affine]:
+    """``node`` (B, F) as affine maps of earlier values, shallowest first: ``(node, I, 0)``,
+    then one step back at a time through a matrix product by a parameter (a projection), the
+    addition or subtraction of an unbatched parameter or constant (a centring), or a float
+    cast, for as long as the steps are such. ``params`` gives PARAM values by name."""
+    width = _width(node)
+    weights, offset = np.eye(width), np.zeros(width)
+    current: Node | None = node
+    while current is not None:
+        yield current, weights, offset
+        step = _affine_step(current, params)
+        if step is None:
+            return
+        current, w, c = step  # the old current is ``current @ w + c``
+        offset = c @ weights + offset
+        weights = w @ weights
+
+
+def _affine_step(node: Node, params: Mapping[str, np.ndarray]) -> Affine | None:
+    if len(node.shape) != 2 or not is_batched(node.shape):
+        return None
+    width = int(node.shape[1])
+    inputs = node.inputs
+    if node.op is Op.CAST and node.dtype in ("float32", "float64"):
+        (inner,) = inputs
+        if len(inner.shape) == 2 and inner.dtype in ("float32", "float64"):
+            return inner, np.eye(width), np.zeros(width)
+        return None
+    if node.op is Op.MATMUL:
+        inner, right = inputs
+        weights = _value(right, params)
+        if is_batched(inner.shape) and len(inner.shape) == 2 and weights is not None:
+            return inner, np.asarray(weights, np.float64), np.zeros(width)
+        return None
+    if node.op in (Op.ADD, Op.SUB):
+        batched = [is_batched(i.shape) for i in inputs]
+        if batched.count(True) != 1:
+            return None
+        inner = inputs[batched.index(True)]
+        value = _value(inputs[batched.index(False)], params)
+        if inner.shape != node.shape or value is None or value.size not in (1, width):
+            return None
+        shift = np.broadcast_to(np.asarray(value, np.float64).reshape(-1), (width,))
+        sign = -1.0 if node.op is Op.SUB and batched[1] else 1.0  # value - inner
+        if node.op is Op.SUB and batched[0]:
+            shift = -shift
+        return inner, sign * np.eye(width), shift.copy()
+    return None

@@ -22,7 +22,12 @@ from sklearn.linear_model import (
     SGDClassifier,
 )
 from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import KBinsDiscretizer, OneHotEncoder, StandardScaler
+from sklearn.preprocessing import (
+    KBinsDiscretizer,
+    OneHotEncoder,
+    PolynomialFeatures,
+    StandardScaler,
+)
 from sklearn.svm import LinearSVC
 
 import compiler
@@ -182,10 +187,34 @@ def test_a_linear_model_needs_background_rows() -> None:
             compiler.compile(model, sample=sample, options=EXPLAIN)
 
 
-def test_features_mixing_columns_are_refused_for_linear_models_too() -> None:
+@pytest.mark.parametrize("whiten", [False, True])
+def test_a_projection_before_the_linear_model_is_read_through(whiten: bool) -> None:
+    """Scaled columns, a PCA, a logistic regression: additive in the scaled columns, with
+    coefficients ``components_.T @ coef_``; shap's values of that linear map on them."""
+    x, y = load_wine(return_X_y=True)
+    pipe = make_pipeline(
+        StandardScaler(), PCA(5, whiten=whiten), LogisticRegression(max_iter=5000)
+    ).fit(x, y)
+    background = x[::4]
+    compiled = compiler.compile(pipe, sample=background, options=EXPLAIN)
+    got = compiled.contributions(x)
+    raw = pipe.decision_function(x)
+    _assert_adds_up(got, raw)
+    scaled, pca, lr = pipe[0].transform(x), pipe[1], pipe[2]
+    projection = pca.components_.T
+    if whiten:
+        projection = projection / np.sqrt(pca.explained_variance_)
+    beta = projection @ lr.coef_.T  # (columns, classes)
+    intercept = lr.intercept_ - pca.mean_ @ beta
+    want = _linear_shap((beta.T, intercept), pipe[0].transform(background), scaled)
+    _assert_close(got[:, :-1], want, raw, 1e-12)
+
+
+def test_features_mixing_columns_other_than_linearly_are_refused() -> None:
     x, y = load_iris(return_X_y=True)
-    pipe = make_pipeline(PCA(2), LogisticRegression(max_iter=1000)).fit(x, y)
-    with pytest.raises(UnsupportedError, match=r"feature 0 is computed from several"):
+    products = PolynomialFeatures(2, interaction_only=True, include_bias=False)
+    pipe = make_pipeline(products, LogisticRegression(max_iter=1000)).fit(x, y)
+    with pytest.raises(UnsupportedError, match=r"feature \d+ is computed from several"):
         compiler.compile(pipe, sample=x, options=EXPLAIN)
 
 

@@ -82,3 +82,23 @@ def test_other_ops_make_every_column_depend_on_every_operand_column() -> None:
     assert got == [[("x", 0), ("x", 1)]] * 2
     got = _sources(lambda b, x: lz.expand_dims(lz.sum(x, axis=1), 1) + x)
     assert got == [[("x", 0), ("x", 1), ("x", 2)]] * 3
+
+
+def test_affine_inputs_compose_projections_and_centrings() -> None:
+    """Each level is the value as ``inner @ W + c``, checked by evaluating both sides; the chain
+    stops at an op that is no affine step (a product of two columns)."""
+    rng = np.random.default_rng(0)
+    b = lz.Builder()
+    x = b.input("x", (3,), "float64")
+    product = x * lz.expand_dims(x[:, 0], 1)
+    centred = product - b.param(np.array([1.0, 2.0, 3.0]), "mean")
+    projected = lz.matmul(centred, b.param(rng.normal(size=(3, 2)), "components"))
+    out = 5.0 - (projected + b.param(np.array([0.5, -0.5]), "shift"))
+    levels = list(lz.affine_inputs(out.node, b.params))
+    assert [level[0] for level in levels][-1] is product.node
+    assert len(levels) == 5  # out, its inner sum, the projection, the centring, the product
+    rows = {"x": rng.normal(size=(4, 3))}
+    expected = lz.run_program(b.build({"out": out}), rows)["out"]
+    for inner, weights, offset in levels:
+        value = lz.run_program(b.build({"v": lz.LazyTensor(inner)}), rows)["v"]
+        np.testing.assert_allclose(value @ weights + offset, expected, rtol=1e-12)
