@@ -143,6 +143,8 @@ def test_required_panels_exist(dashboard: dict[str, Any]) -> None:
         "kestrel_live_parity_samples_total",  # samples checked, dropped... by result
         "kestrel_capture_rows_total",  # captured rows written and dropped
         "kestrel_drift_samples_total",  # drift samples observed, dropped... by result
+        "kestrel_explain_compute_duration_seconds_bucket",  # explanations' own latency
+        "kestrel_explain_batch_rows_sum",  # rows explained
     }
     assert required - used == set(), f"no panel shows {sorted(required - used)}"
     # Sampled work is shown by result, so what was dropped is seen beside what was done.

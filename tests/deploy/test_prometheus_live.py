@@ -162,6 +162,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             timeout=60,
         )
         psi_after = _wait_for_psi(prometheus, lambda v: v > 0.25)
+        _explain(kestrel)  # last: the explanation panels' rates look back half a minute
         done = time.time()
         prometheus.wait(lambda: _latest_scrape(prometheus) >= done + 2, 30, "scraped twice")
         prometheus.wait(
@@ -206,7 +207,9 @@ def _wait_for_psi(
     return dict(values)
 
 
-def _stage_version(kestrel: LiveServer, version: str, shadow: dict[str, Any]) -> None:
+def _stage_version(
+    kestrel: LiveServer, version: str, shadow: dict[str, Any], options: str = '{"max_batch": 8}'
+) -> None:
     """The demo model again (with its sample, as register_demo.py sends it) as ``version``,
     stored only, then set as the shadow ``shadow`` (without the version)."""
     import json
@@ -219,7 +222,7 @@ def _stage_version(kestrel: LiveServer, version: str, shadow: dict[str, Any]) ->
         data,
         filename="iris.skops",
         sample=json.dumps(sample),
-        options='{"max_batch": 8}',
+        options=options,
         promote=False,
     )
     assert r.status_code == 201 and r.json()["version"] == version, r.text
@@ -231,7 +234,9 @@ def _stage_version(kestrel: LiveServer, version: str, shadow: dict[str, Any]) ->
 def _stage_shadow_rule(kestrel: LiveServer) -> None:
     """Version 2 as a shadow whose rule promotes it after one compared row, before the traffic
     (so the decisions' series exists): version 2 serves from then on."""
-    _stage_version(kestrel, SERVING, {"share": 1.0, "rule": {"after_rows": 1}})
+    # It explains (the demo's linear model, against its sample): the explanation panels' data.
+    rule = {"share": 1.0, "rule": {"after_rows": 1}}
+    _stage_version(kestrel, SERVING, rule, options='{"max_batch": 8, "explain": true}')
     flower = {"sepal_length": 5.1, "sepal_width": 3.5, "petal_length": 1.4, "petal_width": 0.2}
     deadline = time.monotonic() + 30
     while (
@@ -243,6 +248,19 @@ def _stage_shadow_rule(kestrel: LiveServer) -> None:
         time.sleep(0.2)
     decided = {"model": MODEL, "shadow": SERVING, "decision": "promote"}
     assert kestrel.metric("kestrel_shadow_decisions_total", **decided) == 1
+
+
+def _explain(kestrel: LiveServer) -> None:
+    """A few requests for contributions of the serving version, which explains."""
+    flowers = [
+        {"sepal_length": 5.1 + i / 10, "sepal_width": 3.5, "petal_length": 1.4, "petal_width": 0.2}
+        for i in range(12)
+    ]
+    for _ in range(5):
+        r = kestrel.client.post(f"/models/{MODEL}/predict?outputs=contributions", json=flowers)
+        assert r.status_code == 200, r.text
+        assert len(r.json()["outputs"]["contributions"]) == len(flowers)
+        time.sleep(0.5)
 
 
 def _stage_shadow(kestrel: LiveServer) -> None:
