@@ -15,9 +15,9 @@ Trees explain themselves against their own training covers (path-dependent TreeS
 model (a linear one: a sum of terms, each of one feature) is explained interventionally instead:
 for ``f(x) = b + sum_c h_c(x_c)``, input column c's Shapley value against background rows is
 ``h_c(x_c) - mean(h_c)`` over them, whatever ``h_c`` is. Its converter hands over the terms
-uncentred (:func:`additive`); the compiled model sums them by input column, so one-hot and
-scaled columns become the column's ``h_c``, and centres them on the background rows
-(:func:`centre`).
+(:func:`additive`), centred on the training rows where its features' training means are known,
+else uncentred; the compiled model sums them by input column, so one-hot and scaled columns
+become the column's ``h_c``, and centres uncentred ones on the sample's rows (:func:`centre`).
 """
 
 from __future__ import annotations
@@ -58,6 +58,9 @@ class Explanation:
     #: The contributions are an additive model's terms, not centred: the compiled model centres
     #: them by input column on background rows (:func:`centre`).
     background: bool = False
+    #: The contributions are a linear model's terms, products of the features' values: a float32
+    #: graph rounds them, so the compiled model traces them in float64.
+    linear: bool = False
     #: (F, K): a linear model's coefficients, its terms ``features[:, j] * weights[j, k]``; then
     #: the terms may be read through a projection before the features (:func:`attribute`).
     weights: np.ndarray | None = None
@@ -83,12 +86,21 @@ def additive(
     intercept: np.ndarray | float,
     where: str,
     param: Callable[[np.ndarray, str], lz.LazyTensor],
+    means: Sequence[float | None] = (),
 ) -> Explanation:
     """The raw outputs ``features @ coef.T + intercept`` (scikit-learn's ``coef`` (K, F) or
-    (F,)) as an additive model's terms ``coef[k, j] * x_j``, to be centred on background rows.
-    ``param``: makes a float64 graph parameter of a value and a name."""
+    (F,)) as an additive model's terms ``coef[k, j] * x_j``. Where every feature's training
+    mean is known (``means``: a StandardScaler's or a mean imputer's output), the terms are
+    centred on those: the training rows are the background. Otherwise they are to be centred on
+    background rows (the sample), and may be read through a projection before the features."""
     w = np.atleast_2d(np.asarray(coef, np.float64))
     expected = np.broadcast_to(np.asarray(intercept, np.float64), (w.shape[0],)).copy()
+    if len(means) and all(m is not None for m in means):
+        centre = np.asarray(means, np.float64)
+        x = features if features.dtype == "float64" else lz.cast(features, "float64")
+        x = x - param(centre, "contribution_means")
+        terms = lz.expand_dims(x, 2) * param(w.T[np.newaxis], "contribution_coef")
+        return Explanation(terms, expected + centre @ w.T, features, where, linear=True)
     return _linear_terms(features, w.T, expected, where, param)
 
 
@@ -102,7 +114,9 @@ def _linear_terms(
     """The terms ``features[:, j] * weights[j, k]`` (B, F, K), in float64."""
     x = features if features.dtype == "float64" else lz.cast(features, "float64")
     terms = lz.expand_dims(x, 2) * param(weights[np.newaxis], "contribution_coef")
-    return Explanation(terms, expected, features, where, background=True, weights=weights)
+    return Explanation(
+        terms, expected, features, where, background=True, linear=True, weights=weights
+    )
 
 
 def centre(background: np.ndarray) -> np.ndarray:

@@ -91,7 +91,10 @@ class Features:
     none known) describes a computed column j as a :class:`CodeTable` look-up of a raw column's
     category codes. ``exact[j]`` (optional, empty: none known) says that computed column j holds
     exactly the source's values in any float dtype (category codes, 0/1 flags), so a decision on
-    it needs neither a map nor float64; see :meth:`decided_exactly`.
+    it needs neither a map nor float64; see :meth:`decided_exactly`. ``means[j]`` (optional,
+    empty or None: not known) is column j's mean over the training rows where a fitted step
+    records it (a StandardScaler's output: 0; a mean imputer's: its fill), which a linear
+    model's explanation is centred on (:func:`compiler.explain.additive`).
     """
 
     values: lz.LazyTensor
@@ -99,6 +102,7 @@ class Features:
     maps: tuple[ColumnMap | None, ...] = ()
     codes: tuple[CodeTable | None, ...] = ()
     exact: tuple[bool, ...] = ()
+    means: tuple[float | None, ...] = ()
 
     def __post_init__(self) -> None:
         if self.values.ndim != 2 or self.values.shape[1] != len(self.sources):
@@ -107,6 +111,8 @@ class Features:
             raise ValueError(f"features of {len(self.sources)} columns vs {len(self.maps)} maps")
         if self.codes and len(self.codes) != len(self.sources):
             raise ValueError(f"features of {len(self.sources)} columns vs {len(self.codes)} codes")
+        if self.means and len(self.means) != len(self.sources):
+            raise ValueError(f"features of {len(self.sources)} columns vs {len(self.means)} means")
         if self.exact and len(self.exact) != len(self.sources):
             raise ValueError(f"features of {len(self.sources)} columns vs {len(self.exact)} flags")
 
@@ -165,11 +171,12 @@ class Features:
         maps = tuple(self.maps[i] for i in idx) if self.maps else ()
         codes = tuple(self.codes[i] for i in idx) if self.codes else ()
         exact = tuple(self.exact[i] for i in idx) if self.exact else ()
+        means = tuple(self.means[i] for i in idx) if self.means else ()
         if idx and idx == list(range(idx[0], idx[0] + len(idx))):
             values = lz.slice_axis(self.values, 1, idx[0], idx[0] + len(idx))
-            return Features(values, sources, maps, codes, exact)
-        table = lz.const(np.asarray(idx, np.int32))
-        return Features(lz.take(self.values, table, axis=1), sources, maps, codes, exact)
+        else:
+            values = lz.take(self.values, lz.const(np.asarray(idx, np.int32)), axis=1)
+        return Features(values, sources, maps, codes, exact, means)
 
     @staticmethod
     def concat(parts: Sequence[Features]) -> Features:
@@ -180,8 +187,9 @@ class Features:
         maps = _joined([p.maps for p in parts], [p.width for p in parts], None)
         codes = _joined([p.codes for p in parts], [p.width for p in parts], None)
         exact = _joined([p.exact for p in parts], [p.width for p in parts], False)
+        means = _joined([p.means for p in parts], [p.width for p in parts], None)
         sources = tuple(s for p in parts for s in p.sources)
-        return Features(values, sources, maps, codes, exact)
+        return Features(values, sources, maps, codes, exact, means)
 
 
 def _joined(columns: Sequence[tuple[T, ...]], widths: Sequence[int], default: T) -> tuple[T, ...]:
@@ -214,13 +222,14 @@ class Heads:
     splits: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     codes: tuple[CodeTable | None, ...] = ()  # code look-ups of the transform head's columns
     exact: tuple[bool, ...] = ()  # which of the transform head's columns are exact values
+    means: tuple[float | None, ...] = ()  # the transform head's columns' training means
 
     def features(self) -> Features:
         values = self.outputs["transform"]
         if values.ndim == 1:
             values = lz.reshape(values, (lz.B, 1))
         sources = self.sources or (None,) * int(values.shape[1])
-        return Features(values, sources, self.maps, self.codes, self.exact)
+        return Features(values, sources, self.maps, self.codes, self.exact, self.means)
 
     @classmethod
     def transformed(cls, features: Features, **heads: Any) -> Heads:
@@ -232,5 +241,6 @@ class Heads:
             maps=features.maps,
             codes=features.codes,
             exact=features.exact,
+            means=features.means,
             **heads,
         )

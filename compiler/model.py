@@ -136,9 +136,9 @@ def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None 
 
 
 def _additive(heads: Heads, options: CompileOptions) -> bool:
-    """Whether the options ask for explanations and the model's is an additive model's."""
+    """Whether the options ask for explanations and the model's is a linear model's."""
     explanation = heads.extra.get("explanation")
-    return options.explain and isinstance(explanation, Explanation) and explanation.background
+    return options.explain and isinstance(explanation, Explanation) and explanation.linear
 
 
 def _explained(
@@ -157,7 +157,7 @@ def _explained(
             "histogram gradient boosting and isolation forests; LightGBM; XGBoost) and linear "
             "models, alone or at the end of a pipeline"
         )
-    if explanation.background and ctx.options.dtype != "float64":
+    if explanation.linear and ctx.options.dtype != "float64":
         assert ctx.raw is not None
         float64 = replace(ctx.options, dtype="float64")
         ctx, heads = _convert(estimator, sample, float64, ctx.raw.dtype)
@@ -182,8 +182,10 @@ def _on_background(table: lz.LazyTensor, ctx: Context, sample: Any, where: str) 
     if sample is None or len(sample) == 0:
         raise UnsupportedError(
             f"{where}: a linear model's contributions are measured against background rows "
-            "(interventional SHAP: each column's part minus its mean over them); give rows as "
-            "the sample (compile's sample=, the sample of a registration)"
+            "(interventional SHAP: each column's part minus its mean over them): the training "
+            "rows where every feature's training mean is recorded (a StandardScaler's or a "
+            "mean imputer's output), which this model's features are not; give rows as the "
+            "sample (compile's sample=, the sample of a registration)"
         )
     assert ctx.raw is not None  # a traced model always has its input table
     feed, _ = ctx.schema.to_feed(sample, ctx.raw.dtype)

@@ -73,6 +73,15 @@ def missing_indicator(est: Any, features: Features, ctx: Context) -> Heads:
     return Heads.transformed(_flags(est, features, ctx))
 
 
+def _training_means(est: Any, fills: np.ndarray) -> tuple[float | None, ...]:
+    """The output columns' means over the training rows: a mean imputer fills with the mean of
+    the observed values, which the filled column keeps (unless the fill was truncated to an
+    integer dtype); unknown otherwise."""
+    if est.strategy != "mean" or est._fill_dtype.kind != "f":
+        return ()
+    return tuple(None if np.isnan(f) else float(f) for f in fills)
+
+
 @register(
     SimpleImputer,
     methods=("transform",),
@@ -100,7 +109,7 @@ def simple_imputer(est: Any, features: Features, ctx: Context) -> Heads:
         if np.isnan(_numeric_marker(est)):
             sources = tuple(filled(s, f) for s, f in zip(sources, fills.tolist(), strict=True))
             maps = _filled_maps(features, fills)
-        out = Features(values, sources, maps)
+        out = Features(values, sources, maps, means=_training_means(est, fills))
     out = out.select(keep)
     if est.add_indicator:
         if est._fit_dtype.kind == "O":

@@ -102,6 +102,12 @@ def explained(heads: Heads, features: Features, coef: Any, intercept: Any, ctx: 
         intercept,
         ctx.path,
         lambda value, name: ctx.param(value, name, dtype="float64"),
+        features.means,
+    )
+    ctx.note(
+        "contributions: against the sample's rows"
+        if explanation.background
+        else "contributions: against the training rows (the means its scalers record)"
     )
     return replace(heads, extra={**heads.extra, "explanation": explanation})
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -35,7 +36,9 @@ FOLDED = (
 def standard_scaler(est: Any, features: Features, ctx: Context) -> Heads:
     center = est.mean_ if est.with_mean else None
     scale = est.scale_ if est.with_std else None
-    return _center_and_scale(features, center, scale, ctx, params_in_input_dtype=True)
+    heads = _center_and_scale(features, center, scale, ctx, params_in_input_dtype=True)
+    # Centred on its training mean: the training rows' output has mean 0.
+    return replace(heads, means=(0.0,) * features.width) if est.with_mean else heads
 
 
 def _center_and_scale(

@@ -1,4 +1,5 @@
-"""Linear models' contributions: interventional SHAP against the sample rows, equal to
+"""Linear models' contributions: interventional SHAP against the training rows (where the
+scalers and imputers record the features' means) or the sample rows, equal to
 ``shap.LinearExplainer``'s with the same background, summed by the input column a client sends,
 and adding up to the raw output on every row."""
 
@@ -77,18 +78,30 @@ CASES = [
 
 @pytest.mark.parametrize(("make", "load"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_linear_models_match_shap_against_the_sample(make: Any, load: Any) -> None:
+    """Raw columns: their training means are recorded nowhere, so the sample is the background;
+    scaled ones: the StandardScaler's output has training mean 0, so the training rows are
+    (with or without a sample)."""
     x, y = load(return_X_y=True)
     if make is PoissonRegressor:
         y = np.round(y / 25.0)  # counts
-    pipe = make_pipeline(StandardScaler(), make()).fit(x, y)
     background = x[::3]
-    compiled = compiler.compile(pipe, sample=background, options=EXPLAIN)
+    raw_model = make().fit(x, y)
+    compiled = compiler.compile(raw_model, sample=background, options=EXPLAIN)
     got = compiled.contributions(x)
-    raw = _raw(pipe, x)
+    raw = _raw(make_pipeline(raw_model), x)
     _assert_adds_up(got, raw)
+    _assert_close(got[:, :-1], _linear_shap(raw_model, background, x), raw, 1e-12)
+
+    pipe = make_pipeline(StandardScaler(), make()).fit(x, y)
     scaled = pipe[0].transform(x)
-    want = _linear_shap(pipe[-1], pipe[0].transform(background), scaled)
-    _assert_close(got[:, :-1], want, raw, 1e-12)
+    want = _linear_shap(pipe[-1], scaled, scaled)  # the training rows as background
+    raw = _raw(pipe, x)
+    for sample in (None, background):
+        compiled = compiler.compile(pipe, sample=sample, options=EXPLAIN)
+        assert "against the training rows" in compiled.report.steps[-1].detail
+        got = compiled.contributions(x)
+        _assert_adds_up(got, raw)
+        _assert_close(got[:, :-1], want, raw, 1e-12)
 
 
 def _mixed_frame(n: int = 2000, seed: int = 0) -> tuple[pd.DataFrame, np.ndarray]:
@@ -179,12 +192,31 @@ def test_binned_columns_are_explained_by_their_column() -> None:
     _assert_close(got[:, :-1], per_column, raw, 1e-12)
 
 
+def test_mean_imputed_columns_are_centred_on_their_training_means() -> None:
+    """A mean imputer's output keeps the training mean of the observed values."""
+    x, y = load_diabetes(return_X_y=True)
+    x = x.copy()
+    x[np.random.default_rng(0).random(x.shape) < 0.1] = np.nan
+    pipe = make_pipeline(SimpleImputer(), Ridge()).fit(x, y)
+    compiled = compiler.compile(pipe, options=EXPLAIN)
+    got = compiled.contributions(x)
+    raw = pipe.predict(x)
+    _assert_adds_up(got, raw)
+    imputed = pipe[0].transform(x)
+    _assert_close(got[:, :-1], _linear_shap(pipe[-1], imputed, imputed), raw, 1e-12)
+
+
 def test_a_linear_model_needs_background_rows() -> None:
+    """Raw columns (or a median imputer's) record no training mean."""
     x, y = load_iris(return_X_y=True)
-    model = LogisticRegression(max_iter=1000).fit(x, y)
-    for sample in (None, x[:0]):
-        with pytest.raises(UnsupportedError, match=r"background rows.*sample"):
-            compiler.compile(model, sample=sample, options=EXPLAIN)
+    for model in (
+        LogisticRegression(max_iter=1000),
+        make_pipeline(SimpleImputer(strategy="median"), LogisticRegression(max_iter=1000)),
+    ):
+        model.fit(x, y)
+        for sample in (None, x[:0]):
+            with pytest.raises(UnsupportedError, match=r"background rows.*sample"):
+                compiler.compile(model, sample=sample, options=EXPLAIN)
 
 
 @pytest.mark.parametrize("whiten", [False, True])
