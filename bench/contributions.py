@@ -1,4 +1,5 @@
-"""Per-row TreeSHAP contributions: Kestrel's compiled graph against each model's own explainer.
+"""Per-row contributions (TreeSHAP; linear SHAP): Kestrel's compiled graph against each model's
+own explainer.
 
 For each model and batch size, Kestrel's ``CompiledModel.contributions`` (compiled with
 ``CompileOptions(explain=True)``) is timed beside the references that apply to the model, all in
@@ -9,10 +10,13 @@ this one process, on one core, one thread:
   includes ``pipeline[:-1].transform(rows)``;
 - LightGBM's ``predict(rows, pred_contrib=True, num_threads=1)``;
 - XGBoost's ``Booster.predict(DMatrix(rows, nthread=1), pred_contribs=True)``, the booster's
-  ``nthread`` set to 1.
+  ``nthread`` set to 1;
+- ``shap.LinearExplainer`` for a linear model, its masker holding every background row: the
+  training frame, which Kestrel gets as its sample (its one-hot columns record no training
+  means).
 
 The models are bench/exactness.py's fitted pipelines (``hgb_raw``, ``ct_hgb``, ``scaled_rf``,
-``scaled_gbc``, ``lgbm_raw``) and ``xgb_raw``, an XGBoost classifier (100 trees of depth 6)
+``scaled_gbc``, ``lgbm_raw``, ``scaled_lr``) and ``xgb_raw``, an XGBoost classifier (100 trees of depth 6)
 fitted as ``lgbm_raw`` is: on the numeric columns of the same frame, with the same labels. Rows
 are drawn from the training frame (``exactness._sample``, seed 2).
 
@@ -53,7 +57,7 @@ import exactness
 if TYPE_CHECKING:
     import numpy as np
 
-MODELS = ("hgb_raw", "ct_hgb", "scaled_rf", "scaled_gbc", "lgbm_raw", "xgb_raw")
+MODELS = ("hgb_raw", "ct_hgb", "scaled_rf", "scaled_gbc", "lgbm_raw", "xgb_raw", "scaled_lr")
 REFERENCES = ("shap", "lightgbm", "xgboost")
 
 
@@ -134,10 +138,12 @@ def _case(name: str) -> Case:
     import compiler
 
     model, frame = _fit(name)
-    compiled = compiler.compile(model, options=compiler.CompileOptions(explain=True))
+    linear = hasattr(_steps(model)[0], "coef_")
+    options = compiler.CompileOptions(explain=True)
+    compiled = compiler.compile(model, sample=frame if linear else None, options=options)
     compiled.contributions(exactness._sample(frame, 1, seed=2))  # compiles every batch bucket
     columns = compiled.contribution_columns
-    return Case(name, frame, compiled, _references(model), _placement(model, columns))
+    return Case(name, frame, compiled, _references(model, frame), _placement(model, columns))
 
 
 def _steps(model: Any) -> tuple[Any, Any | None]:
@@ -149,12 +155,14 @@ def _steps(model: Any) -> tuple[Any, Any | None]:
     return model, None
 
 
-def _references(model: Any) -> dict[str, Reference]:
+def _references(model: Any, frame: Any) -> dict[str, Reference]:
     final, before = _steps(model)
 
     def prepare(rows: Any) -> Any:
         return rows if before is None else before.transform(rows)
 
+    if hasattr(final, "coef_"):
+        return {"shap": _shap_linear(final, prepare, prepare(frame))}
     library = type(final).__module__.split(".")[0]
     if library == "lightgbm":
         return {"lightgbm": _lightgbm(final, prepare)}
@@ -177,6 +185,21 @@ def _shap(final: Any, prepare: Callable[[Any], Any]) -> Reference:
     return Reference(
         lambda rows: explainer.shap_values(prepare(rows), check_additivity=False), split
     )
+
+
+def _shap_linear(final: Any, prepare: Callable[[Any], Any], background: Any) -> Reference:
+    import numpy as np
+    import shap
+
+    masker = shap.maskers.Independent(background, max_samples=len(background))
+    explainer = shap.LinearExplainer(final, masker)
+    expected = np.atleast_1d(np.asarray(explainer.expected_value, np.float64))
+
+    def split(values: Any) -> tuple[np.ndarray, np.ndarray]:
+        values = _three_d(np.asarray(values))
+        return values, np.broadcast_to(expected, (len(values), len(expected)))
+
+    return Reference(lambda rows: explainer.shap_values(prepare(rows)), split)
 
 
 def _lightgbm(final: Any, prepare: Callable[[Any], Any]) -> Reference:
