@@ -129,6 +129,10 @@ def _follow(
             )
         time.sleep(POLL_S)
         doc = http_request(client, "GET", location).json()
+    buckets = doc.get("buckets") or []
+    if doc["state"] == "READY" and buckets and not display.shown("compiling"):
+        # A load faster than a poll still reports what it compiled.
+        display.show("compiling", len(buckets), len(buckets))
     return doc
 
 

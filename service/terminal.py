@@ -140,6 +140,10 @@ class LoadDisplay:
         if unit is None or total is not None:
             self._announce()
 
+    def shown(self, phase: str) -> bool:
+        """Whether ``phase`` has been shown."""
+        return phase in self._tasks
+
     def upload(self, file: BinaryIO, size: int) -> BinaryIO:
         """``file``, counting what is read of it as the upload's progress."""
         self.show("uploading", 0, size)
