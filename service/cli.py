@@ -129,6 +129,28 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     )
 
 
+def _cmd_score(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from service.score import load_model, open_source, score
+    from service.settings import Settings
+
+    overrides = {"store_url": args.store, "cache_dir": args.cache_dir}
+    settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+    err = Console(stderr=True)
+    source = open_source(args.input)  # fails fast on a missing or unknown input
+    loaded = load_model(args.model, settings, allow_pickle=args.allow_pickle)
+    heads = [h for h in args.heads.split(",") if h] if args.heads else None
+    done = score(loaded, source, args.output, heads, progress=None if args.quiet else err)
+    resumed = f", resumed at unit {done.resumed_at}" if done.resumed_at else ""
+    rate = done.rows / done.seconds if done.seconds > 0 else float("inf")
+    err.print(
+        f"scored {done.rows:,} rows in {done.units} units into {args.output} "
+        f"({done.seconds:.1f} s, {rate:,.0f} rows/s{resumed})"
+    )
+    return 0
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -278,6 +300,27 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--allow-pickle", action="store_true", help="the file is yours: unpickle it")
     comp.add_argument("--json", action="store_true", help="print the report as JSON instead")
     comp.set_defaults(func=_cmd_compile)
+
+    sc = sub.add_parser(
+        "score",
+        help="score a whole table offline, with the service's answers",
+        description="Score a Parquet, CSV or Arrow table (a path or fsspec URL) with a stored "
+        "model version (name or name@version; compiled as the service loads it: its plan and "
+        "compile cache) or a model file, unit by unit (row group, record batch, CSV block) with "
+        "bounded memory. The output keeps the input's rows in order, with the heads appended. "
+        "A run that stops resumes at the first unit it had not written when run again.",
+    )
+    sc.add_argument("model", help="name[@version] in the store, or a model file")
+    sc.add_argument("--input", required=True, help="table to score (.parquet, .csv, .arrow)")
+    sc.add_argument("--output", required=True, help="where to write it (format by suffix)")
+    sc.add_argument(
+        "--heads", default=None, help="comma-separated heads (default: predict, predict_proba)"
+    )
+    sc.add_argument("--store", default=None, help="model store (default: KESTREL_STORE_URL)")
+    sc.add_argument("--cache-dir", default=None, help="compile cache (default: KESTREL_CACHE_DIR)")
+    sc.add_argument("--allow-pickle", action="store_true", help="the file is yours: unpickle it")
+    sc.add_argument("--quiet", action="store_true", help="no progress bar")
+    sc.set_defaults(func=_cmd_score)
 
     demo = sub.add_parser("demo", help="compile a small pipeline and show it serving")
     demo.add_argument(
