@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pytest
 import shap
 from sklearn.compose import ColumnTransformer
@@ -33,6 +32,7 @@ from sklearn.svm import LinearSVC
 
 import compiler
 from compiler.errors import UnsupportedError
+from tests.compiler.test_contributions import _mixed_frame
 
 EXPLAIN = compiler.CompileOptions(explain=True, warmup=False, backend="numpy")
 
@@ -104,23 +104,6 @@ def test_linear_models_match_shap_against_the_sample(make: Any, load: Any) -> No
         _assert_close(got[:, :-1], want, raw, 1e-12)
 
 
-def _mixed_frame(n: int = 2000, seed: int = 0) -> tuple[pd.DataFrame, np.ndarray]:
-    """Integer, binary and decimal columns with NaN, and a string column."""
-    rng = np.random.default_rng(seed)
-    df = pd.DataFrame(
-        {
-            "count": rng.integers(0, 7, n).astype(float),
-            "flag": rng.integers(0, 2, n).astype(float),
-            "amount": np.round(rng.lognormal(2.0, 1.0, n), 2),
-            "plan": rng.choice(["free", "pro", "team"], n),
-        }
-    )
-    for column in ("count", "amount"):
-        df.loc[rng.random(n) < 0.1, column] = np.nan
-    y = (df["count"].fillna(3) > 2) ^ (df["plan"] == "pro") ^ (df["amount"].fillna(5) > 8)
-    return df, y.to_numpy(int)
-
-
 def _by_column(pipe: Any, values: np.ndarray, columns: list[str]) -> np.ndarray:
     """shap's values of the transformed features summed by the input column of each (one-hot
     columns ``plan_pro``, indicators ``missingindicator_count``)."""
@@ -139,7 +122,7 @@ def _by_column(pipe: Any, values: np.ndarray, columns: list[str]) -> np.ndarray:
 def test_a_pipeline_is_explained_by_the_columns_a_client_sends(indicator: bool) -> None:
     """One-hot columns count for their string column; an imputed, scaled column and its
     missing-value indicator for the raw column; centred on the sample's rows."""
-    df, y = _mixed_frame()
+    df, y = _mixed_frame(2000)
     numeric = ["count", "flag", "amount"]
     pipe = make_pipeline(
         ColumnTransformer(
