@@ -44,6 +44,9 @@ class CompileOptions:
     max_batch: int = 1024
     call_rows: int | None = None
     host_rows: int = lz.HOST_ROWS
+    #: A call of several chunks runs them on up to this many threads (None: the cores the
+    #: process may use; lazy.threads). The chunks, and so the answers, are the same.
+    threads: int | None = None
     warmup: bool = True
     promote: bool = True
     split_codes: bool | None = None
@@ -62,4 +65,5 @@ class CompileOptions:
             dtype_policy=policy,
             call_rows=self.call_rows,
             host_rows=self.host_rows,
+            threads=self.threads,
         )

@@ -11,6 +11,7 @@ each chunk's rows start on a 64-byte boundary where the caller's array allows it
 
 from __future__ import annotations
 
+import functools
 import statistics
 import threading
 import time
@@ -35,6 +36,7 @@ from .plan import DEVICE, HOST, ExecutionPlan, GraphPlan, Placement
 from .program import GraphStage, HostStage, Program, run_stages
 from .shapes import concrete, is_batched, static_size
 from .stats import CompileCause, RunStats
+from .threads import available_cores, spread
 from .verify import verify
 
 _DEFAULT_CACHE: ExecutableCache | None = None
@@ -205,7 +207,8 @@ class Options:
     ``max_batch`` is the largest small bucket; ``call_rows`` the most rows one call runs (a power
     of two times ``max_batch``; None: :func:`call_rows_for` the graph; ``max_batch``: chunk every
     larger call at ``max_batch``). Buckets of at most ``host_rows`` rows may run on the host
-    instead (see :data:`HOST_ROWS`; 0: never).
+    instead (see :data:`HOST_ROWS`; 0: never). ``threads``: a call of several chunks runs them
+    on up to this many threads (:mod:`lazy.threads`; None: the cores the process may use).
     """
 
     backend: str | Backend = "jax"
@@ -215,6 +218,7 @@ class Options:
     optimize: bool = True
     call_rows: int | None = None
     host_rows: int = HOST_ROWS
+    threads: int | None = None
 
 
 class CompiledGraph:
@@ -261,6 +265,9 @@ class CompiledGraph:
             call_rows = call_rows_for(graph, policy, options.max_batch, self.backend.dense_calls)
         self.buckets = Buckets(options.max_batch, call_rows)
         self.stats = RunStats()
+        self._stats_lock = threading.Lock()
+        self._threads = options.threads or available_cores()
+        self._spread_pays: bool | None = None  # see _run_chunked
         self.compiles: Counter[str] = Counter()
         self.ready = False
         # Everything the hot path needs that does not change between calls, computed once:
@@ -503,26 +510,48 @@ class CompiledGraph:
             else:
                 calls.insert(0, [(0, skip)])
         results: list[np.ndarray] = []
-        for spans in calls:
+
+        def run(spans: list[tuple[int, int]]) -> None:
             if len(spans) == 1:
                 inputs = [a[spans[0][0] : spans[0][1]] for a in arrays]
             else:
                 inputs = [np.concatenate([a[i:j] for i, j in spans]) for a in arrays]
             parts = self._run(inputs, sum(j - i for i, j in spans))
             if not results:
-                results = [np.empty((rows, *p.shape[1:]), p.dtype) for p in parts]
+                results.extend(np.empty((rows, *p.shape[1:]), p.dtype) for p in parts)
             offset = 0
             for i, j in spans:
                 for result, part in zip(results, parts, strict=True):
                     result[i:j] = part[offset : offset + j - i]
                 offset += j - i
+
+        # A chunk whose bucket is not bound yet runs first, here (binding may compile); the
+        # rest, bound, spread over threads, each writing its own rows of the results.
+        later = []
+        first = 0.0
+        for spans in calls:
+            index = buckets.index(sum(j - i for i, j in spans))
+            if results and self._buckets[index].route is not None:
+                later.append(functools.partial(run, spans))
+            else:
+                t0 = time.perf_counter()
+                run(spans)
+                first = time.perf_counter() - t0
+        threads = self._threads if self._spread_pays is not False else 1
+        t0 = time.perf_counter()
+        spread(later, threads)
+        if self._spread_pays is None and threads > 1 and len(later) >= threads and first:
+            # Decided once, on the first call spread wide enough to tell: a graph whose chunks
+            # hold the GIL (numpy's per-op dispatch on small arrays) runs slower spread.
+            self._spread_pays = time.perf_counter() - t0 < 0.95 * first * len(later)
         return results
 
     def _run(
         self, arrays: list[np.ndarray], rows: int, route: tuple[Executable, Any] | None = None
     ) -> list[np.ndarray]:
         index = self.buckets.index(rows)
-        self.stats.chunks += 1
+        with self._stats_lock:  # chunks may run on several threads (lazy.threads)
+            self.stats.chunks += 1
         route = route or self._buckets[index].route or self._bind(index, CompileCause.ON_DEMAND)
         return self._call(route, index, arrays, rows)
 
@@ -535,7 +564,8 @@ class CompiledGraph:
         # An exact bucket, or a host plan that takes any rows: no padded copy, no output slice.
         if bucket == rows or getattr(exe, "any_rows", False):
             return exe(arrays, params)
-        self.stats.padded_rows += bucket - rows
+        with self._stats_lock:
+            self.stats.padded_rows += bucket - rows
         outs = exe([pad_rows(a, bucket) for a in arrays], params)
         return [o[:rows] for o in outs]
 
