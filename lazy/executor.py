@@ -268,6 +268,8 @@ class CompiledGraph:
         self._stats_lock = threading.Lock()
         self._threads = options.threads or available_cores()
         self._spread_pays: bool | None = None  # see _run_chunked
+        self._spread_votes: list[bool] = []
+        self._spread_calls = 0
         self.compiles: Counter[str] = Counter()
         self.ready = False
         # Everything the hot path needs that does not change between calls, computed once:
@@ -537,13 +539,23 @@ class CompiledGraph:
                 t0 = time.perf_counter()
                 run(spans)
                 first = time.perf_counter() - t0
-        threads = self._threads if self._spread_pays is not False else 1
+        # Whether spreading pays is measured on calls spread wide enough to tell: a graph whose
+        # chunks hold the GIL (numpy's per-op dispatch on small arrays) runs slower spread.
+        # Three such calls decide; a graph that does not pay tries again every 256th call.
+        self._spread_calls += 1
+        decided = self._spread_pays
+        probing = decided is None or (not decided and self._spread_calls % 256 == 0)
+        threads = self._threads if decided or probing else 1
         t0 = time.perf_counter()
         spread(later, threads)
-        if self._spread_pays is None and threads > 1 and len(later) >= threads and first:
-            # Decided once, on the first call spread wide enough to tell: a graph whose chunks
-            # hold the GIL (numpy's per-op dispatch on small arrays) runs slower spread.
-            self._spread_pays = time.perf_counter() - t0 < 0.95 * first * len(later)
+        if probing and threads > 1 and len(later) >= threads and first:
+            paid = time.perf_counter() - t0 < 0.95 * first * len(later)
+            if decided is None:
+                self._spread_votes.append(paid)
+                if len(self._spread_votes) == 3:
+                    self._spread_pays = self._spread_votes.count(True) >= 2
+            else:
+                self._spread_pays = paid
         return results
 
     def _run(
