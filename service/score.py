@@ -73,13 +73,11 @@ def table_format(url: str) -> str:
     return FORMATS[suffix]
 
 
-def load_model(
-    spec: str, settings: Settings, *, allow_pickle: bool = False, is_file: bool | None = None
-) -> Loaded:
+def load_model(spec: str, settings: Settings, *, allow_pickle: bool = False) -> Loaded:
     """``spec`` as a model file (where it is one) or a stored ``name[@version]``, compiled with
     the service's options, plan and cache."""
     cache = lz.ExecutableCache(disk_dir=settings.cache_dir)
-    if is_file if is_file is not None else _exists(spec):
+    if _exists(spec):
         with fsspec.open(spec, "rb") as f:
             data = f.read()
         loaded = artifacts.load_artifact(
@@ -278,7 +276,7 @@ def score(
     done, rows_done = _resume(fs, parts, state)
     t0 = time.perf_counter()
     rows, units = rows_done, done
-    with _progress(progress, source.rows, rows_done) as advance:
+    with _ProgressBar(progress, source.rows, rows_done) as advance:
         for index, table in enumerate(source.units(done), start=done):
             _write_part(fs, f"{parts}/{_part(index)}", score_unit(model, heads, table))
             rows, units = rows + table.num_rows, index + 1
@@ -350,7 +348,7 @@ def _writer(out_format: str, sink: Any, schema: pa.Schema) -> Any:
     return pa_csv.CSVWriter(sink, schema)
 
 
-class _progress:
+class _ProgressBar:
     """A rich progress bar on ``console`` (rows, rows/s, ETA); nothing without a console."""
 
     def __init__(self, console: Console | None, total: int | None, done: int) -> None:
