@@ -84,7 +84,7 @@ def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None 
     float64_splits: frozenset[int] = frozenset()
     for _ in range(_MAX_TRACES):
         wanted = ctx.float64_segment()
-        # An additive model's explanation reads the client's float64 values (see _explained).
+        # A linear model's explanation reads the client's float64 values (see _explained).
         needs_input = ctx.wants_float64_input or ctx.float64_inputs or _additive(heads, options)
         conflicting = ctx.conflicting_splits()
         if (

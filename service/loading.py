@@ -154,7 +154,7 @@ class Loader:
                 host_step_modules=self.settings.host_step_modules,
             )
         mv.framework = loaded.framework
-        self.compile(mv, loaded.estimator, sample, _stored_plan(mv, record))
+        self.compile(mv, loaded.estimator, sample, stored_plan(record))
         return record
 
     def compile(
@@ -248,8 +248,9 @@ def _reference(model: compiler.CompiledModel, sample: Any) -> Reference:
     return build_reference(model.schema, None, None, None, fitted)
 
 
-def _stored_plan(mv: ModelVersion, record: VersionRecord) -> lz.ExecutionPlan | None:
-    """The record's execution plan; None (with a warning) if it has none or it is unreadable."""
+def stored_plan(record: VersionRecord) -> lz.ExecutionPlan | None:
+    """The record's execution plan; None (with a warning) if it has none or it is unreadable
+    (the version is then placed anew)."""
     if record.plan is None:
         return None  # registered before plans were stored: placed anew here
     try:
@@ -257,9 +258,9 @@ def _stored_plan(mv: ModelVersion, record: VersionRecord) -> lz.ExecutionPlan | 
     except lz.PlanError as exc:
         log.warning(
             "model %s version %s: its stored execution plan is unreadable (%s); placing anew",
-            mv.name,
-            mv.version,
+            record.name,
+            record.version,
             exc,
-            extra={"model": mv.name, "version": mv.version},
+            extra={"model": record.name, "version": record.version},
         )
         return None

@@ -44,6 +44,7 @@ from rich.progress import (
 import compiler
 import lazy as lz
 from service import artifacts, codecs, parity
+from service.loading import stored_plan
 from service.settings import Settings
 from service.store import ModelNotFound, ModelStore, StoreError
 from service.terminal import CommandError
@@ -120,7 +121,7 @@ def load_model(spec: str, settings: Settings, *, allow_pickle: bool = False) -> 
         sample = parity.source_input(compiler.schema_for(loaded.estimator), rows)
     opts = ModelOptions.model_validate(record.options)
     max_batch = opts.max_batch or settings.max_batch
-    plan = None if record.plan is None else lz.ExecutionPlan.from_dict(record.plan)
+    plan = stored_plan(record)  # as a replica reads it: an unreadable plan is placed anew
     options = opts.compile_options(max_batch=max_batch, call_rows=max_batch, cache=cache, plan=plan)
     model = compiler.compile(loaded.estimator, sample=sample, options=options)
     return Loaded(model, f"{record.name}@{record.version} {record.artifact}")
@@ -174,10 +175,8 @@ def open_source(url: str) -> Source:
                     if i >= start:
                         yield pa.Table.from_batches([batch])
 
-        with fs.open(path, "rb") as f:
-            reader = _ipc_reader(f)
-            rows = sum(batch.num_rows for batch in reader)
-        return Source(url, fmt, arrow_units, rows, fingerprint)
+        # Its row count would take a pass over every batch: the progress shows no total.
+        return Source(url, fmt, arrow_units, None, fingerprint)
 
     def csv_units(start: int) -> Iterator[pa.Table]:
         with fs.open(path, "rb") as f:
