@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from . import subnormals
 from .backends import Backend, Executable, get_backend
 from .buckets import Buckets, pad_rows
 from .cache import CacheKey, ExecutableCache
@@ -296,6 +297,13 @@ class CompiledGraph:
                     bucket.placement = placement
         # Why no bucket may run on the host, if none may (checked once; None: some may).
         self._host_excluded = self._host_exclusion()
+        # Where device executables read subnormals as zero, the inputs whose subnormal values
+        # could change a decision: rows holding one run on the host plan (lazy.subnormals).
+        decisive = subnormals.decision_inputs(graph) if self.backend.target != "host" else ()
+        self._subnormal_inputs = [
+            i for i, (name, *_) in enumerate(self._inputs) if name in decisive
+        ]
+        self._flushes = bool(self._subnormal_inputs) and subnormals.flushes(self.backend, policy)
 
     @property
     def backends(self) -> str:
@@ -564,8 +572,29 @@ class CompiledGraph:
         index = self.buckets.index(rows)
         with self._stats_lock:  # chunks may run on several threads (lazy.threads)
             self.stats.chunks += 1
-        route = route or self._buckets[index].route or self._bind(index, CompileCause.ON_DEMAND)
-        return self._call(route, index, arrays, rows)
+        bucket = self._buckets[index]
+        on_device = route is None and self._flushes and not bucket.on_host
+        route = route or bucket.route or self._bind(index, CompileCause.ON_DEMAND)
+        outs = self._call(route, index, arrays, rows)
+        return self._subnormals_on_host(arrays, outs) if on_device else outs
+
+    def _subnormals_on_host(
+        self, arrays: list[np.ndarray], outs: list[np.ndarray]
+    ) -> list[np.ndarray]:
+        """``outs`` with the rows whose inputs hold a subnormal recomputed on the host plan,
+        which reads them as the source does (the device flushes them: lazy.subnormals)."""
+        rows = subnormals.subnormal_rows([arrays[i] for i in self._subnormal_inputs])
+        if rows is None:
+            return outs
+        index = self.buckets.index(len(rows))
+        host = self._host_route(self._sizes[index], CompileCause.ON_DEMAND)
+        fixed = self._call(host, index, [a[rows] for a in arrays], len(rows))
+        with self._stats_lock:
+            self.stats.subnormal_rows += len(rows)
+        outs = [np.array(out) for out in outs]  # the device's may be read-only views
+        for out, part in zip(outs, fixed, strict=True):
+            out[rows] = part
+        return outs
 
     def _call(
         self, route: tuple[Executable, Any], index: int, arrays: list[np.ndarray], rows: int

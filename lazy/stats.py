@@ -53,6 +53,7 @@ class RunStats:
     rows: int = 0
     padded_rows: int = 0
     chunks: int = 0
+    subnormal_rows: int = 0  # rows recomputed on the host: the device flushes their subnormals
 
     def snapshot(self) -> dict[str, Any]:
         return asdict(self)

@@ -28,7 +28,13 @@ def test_stats_count_padding_and_chunks(graph, cache) -> None:
     options = lz.Options(max_batch=8, call_rows=8, host_rows=0)
     compiled = lz.compile(graph, options, cache).graphs[0]
     compiled({"x": _x(19)})  # chunks of 8, 8 and 3 (padded to 4)
-    assert compiled.stats.snapshot() == {"calls": 1, "rows": 19, "padded_rows": 1, "chunks": 3}
+    assert compiled.stats.snapshot() == {
+        "calls": 1,
+        "rows": 19,
+        "padded_rows": 1,
+        "chunks": 3,
+        "subnormal_rows": 0,
+    }
 
 
 def test_padding_never_changes_real_rows(graph, cache) -> None:

@@ -1,0 +1,145 @@
+"""Subnormal inputs on backends that flush them to zero.
+
+XLA:CPU runs its executables with flush-to-zero and denormals-are-zero set: a subnormal float
+(0 < |x| < 1.2e-38 in float32) reads as zero. A tree split at 0.0 then sends x = 1e-45 left,
+where scikit-learn (numpy, which honours subnormals) sends it right — and the parity gate's
+probes, the float32 neighbours of every threshold, are such values. Whether a backend flushes is
+measured, not assumed (:func:`flushes`: a one-compare graph run once per backend and dtype), and
+where it does the executor recomputes the rows holding a subnormal input on the host plan
+(:func:`subnormal_rows` finds them in one pass over the inputs' bits). Each row's answer then
+depends on that row alone, and a batch without subnormals — every real one, nearly — runs as
+before.
+
+Only inputs that reach a decision (:func:`decision_inputs`: a comparison, a floor, a tree walk,
+a max) other than through a sum are checked. A sum (a matmul, a reduction) absorbs a subnormal
+term below the float32 resolution of its other terms and its intercept: a linear model's
+flushed input moves its scores far less than float32 rounding already does, and no check is
+paid for it.
+
+Thresholds that are themselves subnormal need nothing more: once no input is subnormal, a
+flushed threshold t (0 < |t| < tiny) orders every zero and normal input as t does. Subnormals a
+graph computes from normal inputs (a difference of two numbers below 2.4e-38) are still flushed
+on such a backend; the parity gate is what would see a decision they change.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import native
+from .backends.base import Backend
+from .dtypes import FLOATS, DTypePolicy
+from .graph import Graph
+from .node import Node
+from .ops import Op
+from .program import Builder
+
+# Per float dtype: its bits as an unsigned integer, the mask of all bits but the sign, and the
+# largest subnormal's bits (a magnitude of bits 1 .. this is subnormal).
+_BITS = {
+    np.dtype(np.float32): (np.uint32, np.uint32(0x7FFF_FFFF), np.uint32(0x007F_FFFF)),
+    np.dtype(np.float64): (
+        np.uint64,
+        np.uint64(0x7FFF_FFFF_FFFF_FFFF),
+        np.uint64(0x000F_FFFF_FFFF_FFFF),
+    ),
+}
+_measured: dict[tuple[str, str], bool] = {}
+_lock = threading.Lock()
+
+
+def flushes(backend: Backend, policy: DTypePolicy) -> bool:
+    """Whether ``backend``'s executables read a subnormal float (the policy's widest) as zero."""
+    dtype = policy.lower("float64")
+    key = (backend.fingerprint(), dtype)
+    with _lock:
+        if key not in _measured:
+            _measured[key] = _reads_as_zero(backend, policy, np.dtype(dtype))
+        return _measured[key]
+
+
+# Ops whose result a subnormal operand can flip, not merely nudge: comparisons, a floor
+# (floor(-1e-45) is -1), tree walks, maxima, a cast to an integer or boolean (1e-45 != 0), and
+# nodes holding graphs of their own (loops, variants), taken whole.
+_DECISIONS = frozenset(
+    {
+        Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE, Op.FLOOR, Op.FOREST_SUM, Op.FOREST_SHAP,
+        Op.MAX, Op.MIN, Op.ARGMAX, Op.MAXIMUM, Op.MINIMUM, Op.COUPLE, Op.LOOP, Op.VARIANT,
+    }
+)  # fmt: skip
+# Ops that sum their operands' terms: a subnormal term is lost below the others' resolution.
+_SUMS = frozenset({Op.MATMUL, Op.SUM, Op.LOGSUMEXP, Op.SOFTMAX})
+
+
+def decision_inputs(graph: Graph) -> frozenset[str]:
+    """The inputs whose values reach a decision of ``graph`` other than through a sum."""
+    reach: dict[Node, frozenset[str]] = {}
+    found: set[str] = set()
+    for node in graph.order:
+        if node.op is Op.INPUT:
+            reach[node] = frozenset({node.attr("name")})
+            continue
+        upstream = frozenset().union(*(reach.get(n, frozenset()) for n in node.inputs))
+        decides = node.op in _DECISIONS or (
+            node.op is Op.CAST and node.dtype not in FLOATS and node.inputs[0].dtype in FLOATS
+        )
+        if decides:
+            found |= upstream
+        reach[node] = frozenset() if node.op in _SUMS else upstream
+    return frozenset(found)
+
+
+def subnormal_rows(arrays: Sequence[np.ndarray]) -> np.ndarray | None:
+    """The indices of the rows holding a subnormal value in any float array (None: none)."""
+    found: np.ndarray | None = None
+    for array in arrays:
+        bits = _BITS.get(array.dtype)
+        if bits is None or array.size == 0:
+            continue
+        unsigned, magnitude, largest = bits
+        flat = array.reshape(-1).view(unsigned)
+        if not _count(flat, magnitude, largest):  # every batch, nearly: one fused pass
+            continue
+        rows = _hits(flat, magnitude, largest).reshape(len(array), -1).any(axis=1)
+        found = rows if found is None else found | rows
+    return None if found is None else np.flatnonzero(found)
+
+
+def _hits(bits: np.ndarray, magnitude: np.unsignedinteger, largest: np.unsignedinteger) -> Any:
+    # One compare for 1 <= m <= largest: m - 1 wraps to the top for zero.
+    return (bits & magnitude) - bits.dtype.type(1) < largest
+
+
+def _count_loop(bits: np.ndarray, magnitude: Any, largest: Any, one: Any) -> int:
+    found = 0
+    for i in range(bits.size):  # as _hits, vectorized by LLVM; ``one`` keeps it unsigned
+        found += ((bits[i] & magnitude) - one) < largest
+    return found
+
+
+_kernel: Any = None
+
+
+def _count(bits: np.ndarray, magnitude: np.unsignedinteger, largest: np.unsignedinteger) -> int:
+    """How many of ``bits`` are a subnormal's: numba's single pass where installed (numpy's
+    takes four, each with its temporary)."""
+    global _kernel
+    if not native.AVAILABLE:
+        return int(np.count_nonzero(_hits(bits, magnitude, largest)))
+    if _kernel is None:
+        _kernel = native.compile_kernel(_count_loop)
+    return int(_kernel(bits, magnitude, largest, bits.dtype.type(1)))
+
+
+def _reads_as_zero(backend: Backend, policy: DTypePolicy, dtype: np.dtype) -> bool:
+    b = Builder()
+    x = b.input("x", (1,), str(dtype))
+    graph = b.graph({"positive": x > 0})
+    exe, _ = backend.compile(graph, 1, policy)
+    tiny = np.full((1, 1), np.finfo(dtype).smallest_subnormal, dtype)
+    (positive,) = exe([tiny], backend.prepare_params(graph.param_values(), policy))
+    return not bool(np.asarray(positive).ravel()[0])
