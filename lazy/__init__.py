@@ -10,6 +10,7 @@ from __future__ import annotations
 from .backends import Backend, get_backend
 from .buckets import Buckets
 from .cache import CacheKey, ExecutableCache
+from .cache_tiers import DirectoryTier, ExecutableTier
 from .coupling import couple, couple_loop
 from .digest import IR_VERSION, graph_digest
 from .dtypes import DTypePolicy
@@ -106,7 +107,9 @@ __all__ = [
     "CompiledProgram",
     "ConcretizationError",
     "DTypePolicy",
+    "DirectoryTier",
     "ExecutableCache",
+    "ExecutableTier",
     "ExecutionPlan",
     "Graph",
     "GraphError",

@@ -1,32 +1,33 @@
-"""The executable cache: an in-memory LRU over an optional on-disk layer.
+"""The executable cache: an in-memory LRU over optional persistent tiers.
 
 Keys are explicit (:class:`CacheKey`); a hit never compiles. Device executables and host plans
 (numpy code generated from a graph) both go through it, each keyed by its own backend's
-fingerprint; only backends that serialize their executables use the disk layer (a host plan is
-rebuilt from its graph faster than it would be read back). The disk layer keeps serialized
-executables in a directory **the operator trusts** — loading one runs code, so never point it at a
-location others can write. Files are written atomically and carry their key and a sha256 of the
-payload; a file that does not match is counted, ignored and replaced.
+fingerprint; only backends that serialize their executables use the tiers (a host plan is
+rebuilt from its graph faster than it would be read back).
+
+Tiers (:mod:`lazy.cache_tiers`) are tried in order on a miss — typically a local directory,
+then a store shared by replicas. A hit in a later tier is copied into the earlier writable ones;
+a compile is written to every writable tier. Tiers hold serialized executables, and loading one
+runs code: **only trusted processes may write them**. Every entry is checked against its key and
+a sha256 (or, with a signing key, an HMAC) of its bytes; one that does not match is counted,
+ignored and replaced. A tier that fails to read or write costs a compile, never a request.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
-import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from . import cache_tiers as tiers_
 from .backends.base import Backend, CompileTimes, Executable
+from .cache_tiers import DirectoryTier, EntryError, ExecutableTier
 from .stats import CacheStats, CompileCause
 
-_MAGIC = b"kestrel-lazy-executable/1\n"
 log = logging.getLogger("kestrel.lazy.cache")
 
 
@@ -38,7 +39,8 @@ class CacheKey(NamedTuple):
     backend: str  # the backend fingerprint: backend and versions, device kind, x64, XLA flags
 
     def filename(self) -> str:
-        return hashlib.sha256(json.dumps(list(self)).encode()).hexdigest() + ".xc"
+        """The file of this key's executable sealed by a sha256 (no signing key)."""
+        return tiers_.filename(self)
 
 
 Compile = Callable[[], tuple[Executable, CompileTimes]]
@@ -47,13 +49,23 @@ Compile = Callable[[], tuple[Executable, CompileTimes]]
 class ExecutableCache:
     """Thread-safe; concurrent requests for one key compile it once."""
 
-    def __init__(self, capacity: int = 512, disk_dir: str | os.PathLike[str] | None = None):
+    def __init__(
+        self,
+        capacity: int = 512,
+        disk_dir: str | os.PathLike[str] | None = None,
+        tiers: Sequence[ExecutableTier] = (),
+        signing_key: bytes | None = None,
+    ):
+        """``disk_dir``: a local directory tier, tried first; ``tiers``: further tiers, in
+        order; ``signing_key``: entries are sealed with an HMAC under it, and unsigned ones
+        refused (None: a sha256 checksum)."""
         if capacity < 1:
             raise ValueError("capacity must be >= 1")
         self.capacity = capacity
-        self.disk_dir = Path(disk_dir) if disk_dir is not None else None
-        if self.disk_dir is not None:
-            self.disk_dir.mkdir(parents=True, exist_ok=True)
+        local = [DirectoryTier(disk_dir)] if disk_dir is not None else []
+        self.tiers: tuple[ExecutableTier, ...] = (*local, *tiers)
+        self._signing_key = signing_key
+        self._seal = tiers_.seal_id(signing_key)
         self.stats = CacheStats()
         self._entries: OrderedDict[CacheKey, Executable] = OrderedDict()
         self._lock = threading.Lock()
@@ -135,59 +147,91 @@ class ExecutableCache:
                 with self.stats._lock:
                     self.stats.evictions += 1
 
-    # -- disk layer ----------------------------------------------------------------------------
-    def _path(self, key: CacheKey) -> Path | None:
-        return None if self.disk_dir is None else self.disk_dir / key.filename()
-
+    # -- persistent tiers --------------------------------------------------------------------
     def _load(self, key: CacheKey, backend: Backend) -> Executable | None:
-        path = self._path(key)
-        if path is None or not path.exists():
-            return None
-        t0 = time.perf_counter()
-        try:
-            data = path.read_bytes()
-            header, digest, payload = _split(data)
-            if (
-                header != json.dumps(list(key)).encode()
-                or hashlib.sha256(payload).hexdigest() != digest
-            ):
-                raise ValueError("key or checksum mismatch")
-            exe = backend.deserialize(payload)
-        except Exception:  # a damaged or foreign file: recompile and overwrite it
+        """The executable from the first tier that holds a sound entry for ``key``."""
+        name = tiers_.filename(key, self._seal)
+        for depth, tier in enumerate(self.tiers):
+            t0 = time.perf_counter()
+            try:
+                data = tier.read(name)
+                if data is None:
+                    continue
+                exe = backend.deserialize(tiers_.decode(key, data, self._signing_key))
+            except Exception as exc:  # damaged, foreign or unreadable: compile and replace it
+                self._count_error(tier)
+                log.warning(
+                    "not using the cached executable %s in %s tier: %s",
+                    name,
+                    tier.name,
+                    exc if isinstance(exc, EntryError) else f"{type(exc).__name__}: {exc}",
+                    extra={"tier": tier.name, "graph": key.graph_digest[:12]},
+                )
+                continue
             with self.stats._lock:
-                self.stats.disk_errors += 1
-            return None
-        with self.stats._lock:
-            self.stats.disk_hits += 1
-            self.stats.disk_load_s += time.perf_counter() - t0
-        return exe
+                self.stats.disk_hits += 1
+                self.stats.tier_loads[tier.name] += 1
+                self.stats.disk_load_s += time.perf_counter() - t0
+            for earlier in self.tiers[:depth]:
+                self._write(earlier, name, data)
+            return exe
+        self._explain_miss(key)
+        return None
 
     def _store(self, key: CacheKey, backend: Backend, exe: Executable) -> None:
-        path = self._path(key)
-        if path is None:
+        if not any(tier.writable for tier in self.tiers):
             return
         payload = backend.serialize(exe)
         if payload is None:
             return
-        header = json.dumps(list(key)).encode()
-        digest = hashlib.sha256(payload).hexdigest().encode()
-        blob = b"".join([_MAGIC, header, b"\n", digest, b"\n", payload])
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".xc")
+        data = tiers_.encode(key, payload, self._signing_key)
+        for tier in self.tiers:
+            self._write(tier, tiers_.filename(key, self._seal), data)
+
+    def _write(self, tier: ExecutableTier, name: str, data: bytes) -> None:
+        if not tier.writable:
+            return
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+            tier.write(name, data)
+        except Exception as exc:
+            self._count_error(tier)
+            log.warning("could not write %s to %s tier: %s", name, tier.name, exc)
+            return
         with self.stats._lock:
             self.stats.disk_writes += 1
+            self.stats.tier_writes[tier.name] += 1
 
+    def _explain_miss(self, key: CacheKey) -> None:
+        """Log why no tier had ``key`` where one holds it for another backend or seal."""
+        ours = tiers_.filename(key, self._seal)
+        for tier in self.tiers:
+            try:
+                others = [n for n in tier.names(tiers_.entry_prefix(key)) if n != ours]
+                data = tier.read(others[0]) if others else None
+                if data is None:
+                    continue
+                backend, seal = tiers_.stored_backend(data)
+            except Exception:  # only an explanation: never worth failing a compile
+                continue
+            if backend != key.backend:
+                why = "for another backend: " + tiers_.fingerprint_difference(backend, key.backend)
+            elif seal == "sha256":
+                why = "unsigned, and this process seals with a signing key"
+            else:
+                why = "sealed with a signing key this process does not hold"
+            with self.stats._lock:
+                self.stats.tier_foreign[tier.name] += 1
+            log.info(
+                "%s tier holds %s bucket %d %s; compiling here",
+                tier.name,
+                key.graph_digest[:12],
+                key.bucket,
+                why,
+                extra={"tier": tier.name, "graph": key.graph_digest[:12]},
+            )
+            return
 
-def _split(data: bytes) -> tuple[bytes, str, bytes]:
-    if not data.startswith(_MAGIC):
-        raise ValueError("not a cached executable")
-    header, digest, payload = data[len(_MAGIC) :].split(b"\n", 2)
-    return header, digest.decode(), payload
+    def _count_error(self, tier: ExecutableTier) -> None:
+        with self.stats._lock:
+            self.stats.disk_errors += 1
+            self.stats.tier_errors[tier.name] += 1

@@ -19,9 +19,14 @@ class CompileCause(enum.Enum):
 class CacheStats:
     hits: int = 0
     misses: int = 0
+    # Persistent tiers (lazy.cache_tiers): totals over every tier, then by tier name.
     disk_hits: int = 0
     disk_writes: int = 0
     disk_errors: int = 0
+    tier_loads: Counter[str] = field(default_factory=Counter)
+    tier_writes: Counter[str] = field(default_factory=Counter)
+    tier_errors: Counter[str] = field(default_factory=Counter)
+    tier_foreign: Counter[str] = field(default_factory=Counter)  # held for another backend
     evictions: int = 0
     compiles: Counter[str] = field(default_factory=Counter)  # device executables, by cause
     # Host plans built (numpy code generated from a graph), by cause: not
@@ -42,7 +47,8 @@ class CacheStats:
         with self._lock:
             data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "_lock"}
         data["compiles"] = dict(data["compiles"])
-        data["host_builds"] = dict(data["host_builds"])
+        for name in ("host_builds", "tier_loads", "tier_writes", "tier_errors", "tier_foreign"):
+            data[name] = dict(data[name])
         data["total_compiles"] = sum(data["compiles"].values())
         return data
 

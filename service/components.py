@@ -3,7 +3,6 @@ and handed to each group of routes."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
@@ -15,6 +14,7 @@ from service.metrics import Metrics
 from service.models import ModelManager
 from service.preload import Preloader
 from service.settings import Settings
+from service.shared_cache import executable_cache
 from service.store import ModelStore
 
 
@@ -30,14 +30,10 @@ class Components:
 
     @classmethod
     def build(cls, settings: Settings, registry: CollectorRegistry | None = None) -> Components:
-        if settings.cache_dir is not None:
-            # Native kernels' machine code (numba, lazy/forest.py) beside the executables, under
-            # the same trust: numba reads this when a model first needs it, after start-up.
-            os.environ.setdefault("NUMBA_CACHE_DIR", str(settings.cache_dir / "numba"))
         metrics = Metrics(registry)
-        cache = lz.ExecutableCache(disk_dir=settings.cache_dir)
-        metrics.add_cache_collector(cache)
         store = ModelStore(settings.store_url, dict(settings.store_options) or None)
+        cache = executable_cache(settings, store, writes_store=True)
+        metrics.add_cache_collector(cache)
         scoring = ScoringLoad(settings.max_in_flight)
         auth = Auth(
             settings.admin_token.get_secret_value() if settings.admin_token else None,

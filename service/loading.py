@@ -175,6 +175,7 @@ class Loader:
             cache=self.cache,
             warmup=False,  # below, bucket by bucket
             plan=plan,
+            **({} if self.settings.host_rows is None else {"host_rows": self.settings.host_rows}),
         )
         # The columns alone put the sample in the source's form: no trace needed before the
         # compile's own.

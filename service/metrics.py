@@ -436,6 +436,17 @@ class _CacheCollector(Collector):
         for result in ("hits", "misses", "disk_hits"):
             lookups.add_metric((result,), float(s[result]))  # type: ignore[arg-type]
         yield lookups
+        tiers = CounterMetricFamily(
+            "kestrel_executable_cache_tier_events",
+            "Persistent executable tiers (disk: the local directory; store: shared by replicas): "
+            "executables loaded, written, refused or unreadable (errors), and misses where the "
+            "tier held the executable for another backend (foreign).",
+            labels=("tier", "event"),
+        )
+        for event in ("loads", "writes", "errors", "foreign"):
+            for tier, count in dict(s[f"tier_{event}"]).items():  # type: ignore[call-overload]
+                tiers.add_metric((tier, event), float(count))
+        yield tiers
 
 
 class _StateCollector(Collector):

@@ -42,10 +42,10 @@ from rich.progress import (
 )
 
 import compiler
-import lazy as lz
 from service import artifacts, codecs, parity
 from service.loading import stored_plan
 from service.settings import Settings
+from service.shared_cache import executable_cache
 from service.store import ModelNotFound, ModelStore, StoreError
 from service.terminal import CommandError
 from service.versions import ModelOptions
@@ -76,8 +76,7 @@ def table_format(url: str) -> str:
 
 def load_model(spec: str, settings: Settings, *, allow_pickle: bool = False) -> Loaded:
     """``spec`` as a model file (where it is one) or a stored ``name[@version]``, compiled with
-    the service's options, plan and cache."""
-    cache = lz.ExecutableCache(disk_dir=settings.cache_dir)
+    the service's options, plan and cache (the store's shared executables read, never written)."""
     if _exists(spec):
         with fsspec.open(spec, "rb") as f:
             data = f.read()
@@ -88,7 +87,9 @@ def load_model(spec: str, settings: Settings, *, allow_pickle: bool = False) -> 
             host_step_modules=settings.host_step_modules,
         )
         options = ModelOptions().compile_options(
-            max_batch=settings.max_batch, call_rows=settings.max_batch, cache=cache
+            max_batch=settings.max_batch,
+            call_rows=settings.max_batch,
+            cache=executable_cache(settings),
         )
         model = compiler.compile(loaded.estimator, options=options)
         return Loaded(model, f"file sha256:{hashlib.sha256(data).hexdigest()}")
@@ -122,6 +123,7 @@ def load_model(spec: str, settings: Settings, *, allow_pickle: bool = False) -> 
     opts = ModelOptions.model_validate(record.options)
     max_batch = opts.max_batch or settings.max_batch
     plan = stored_plan(record)  # as a replica reads it: an unreadable plan is placed anew
+    cache = executable_cache(settings, store)
     options = opts.compile_options(max_batch=max_batch, call_rows=max_batch, cache=cache, plan=plan)
     model = compiler.compile(loaded.estimator, sample=sample, options=options)
     return Loaded(model, f"{record.name}@{record.version} {record.artifact}")

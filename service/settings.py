@@ -43,6 +43,17 @@ class Settings(BaseSettings):
         Path(".kestrel/cache"),
         description="trusted directory of compiled executables; empty disables the disk layer",
     )
+    shared_cache: bool = Field(
+        True,
+        description="share compiled executables through the store: the first replica to "
+        "compile a version writes them under executables/, the others and restarts load them "
+        "(anyone who can write the store can then run code in the server: only servers may)",
+    )
+    cache_signing_key: SecretStr | None = Field(
+        None,
+        description="seal every cached executable (disk and store) with an HMAC under this "
+        "key, and refuse unsigned or foreign ones: the same secret on every replica",
+    )
     poll_interval_s: float = Field(
         2.0, ge=0, description="how often to re-read the store's manifest (0: never)"
     )
@@ -70,6 +81,14 @@ class Settings(BaseSettings):
 
     # -- models and batching -------------------------------------------------------------------
     max_batch: int = Field(1024, ge=1, le=1 << 20, description="default top bucket per model")
+    host_rows: int | None = Field(
+        None,
+        ge=0,
+        description="largest bucket timed on the host against the device when a version is "
+        "first compiled; larger buckets run on the device untimed, which shortens loads where "
+        "the device clearly wins (an accelerator). 0: every bucket on the device; empty: "
+        "every bucket timed",
+    )
     max_queue_rows: int = Field(65536, ge=1, description="rows queued per model before 429")
     max_in_flight: int | None = Field(
         2048,
@@ -197,7 +216,15 @@ class Settings(BaseSettings):
         "provider lookups",
     )
 
-    @field_validator("cache_dir", "preload", "preload_name", "max_in_flight", mode="before")
+    @field_validator(
+        "cache_dir",
+        "cache_signing_key",
+        "host_rows",
+        "preload",
+        "preload_name",
+        "max_in_flight",
+        mode="before",
+    )
     @classmethod
     def _empty_disables(cls, value: object) -> object:
         return None if value in ("", None) else value

@@ -3,6 +3,7 @@
 Layout under the store's root URL (a local directory or any fsspec URL such as ``s3://b/p``)::
 
     blobs/sha256/<aa>/<digest>   content-addressed bytes (artifacts, samples)
+    executables/<entry>.xc       compiled executables shared by replicas (service.shared_cache)
     manifest.json                models → versions → VersionRecord, current version, generation
     manifest.prev.json           the manifest before the last write, for recovery
 
@@ -70,6 +71,8 @@ PREV_MANIFEST_FILE = "manifest.prev.json"
 MANIFEST_KIND = "kestrel-manifest"
 MANIFEST_SCHEMA = 1
 _BLOB_DIR = "blobs/sha256"
+_EXECUTABLE_DIR = "executables"  # written only by servers: loading one runs its code
+_EXECUTABLE_RE = re.compile(r"(?P<prefix>[0-9a-f]{64}-)[0-9a-f]{16}\.xc")
 _CAPTURE_DIR = "capture"  # captured requests and answers (service.capture), apart from blobs
 # Temp files live beside their target (same filesystem, so os.replace is atomic); the prefix lets
 # loaders ignore them and gc remove the ones a crash left behind.
@@ -700,6 +703,31 @@ class ModelStore:
         path = self._path(f"{_CAPTURE_DIR}/model={model}/version={version}/hour={hour}")
         with contextlib.suppress(FileNotFoundError):
             self._fs.rm(path, recursive=True)
+
+    # ---------------------------------------------------------------- compiled executables
+
+    def read_executable(self, name: str) -> bytes | None:
+        """A shared executable's bytes (verified by the reader, lazy.cache_tiers), or None."""
+        return self._read(self._executable_path(name))
+
+    def write_executable(self, name: str, data: bytes) -> None:
+        path = self._executable_path(name)
+        if self._local:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        self._write(path, data)
+
+    def executable_names(self, prefix: str) -> list[str]:
+        """The names of shared executables that start with ``prefix`` (one listing)."""
+        if not re.fullmatch(r"[0-9a-f-]{0,65}", prefix):  # never a glob pattern, nor a path
+            raise InvalidName(f"invalid executable name prefix {prefix!r}")
+        root = self._path(_EXECUTABLE_DIR)
+        self._fs.invalidate_cache(root)
+        return sorted(path.rsplit("/", 1)[-1] for path in self._fs.glob(f"{root}/{prefix}*.xc"))
+
+    def _executable_path(self, name: str) -> str:
+        if not _EXECUTABLE_RE.fullmatch(name):
+            raise InvalidName(f"invalid executable name {name!r}")
+        return self._path(f"{_EXECUTABLE_DIR}/{name}")
 
     # ---------------------------------------------------------------- blobs
 
