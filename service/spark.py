@@ -96,9 +96,9 @@ def score_dataframe(
 
     options = dict(store_options) if store_options else None
     on_driver = ScorePartitions(model, store, cache_dir, store_options=options)
-    loaded = on_driver.scorer().loaded.model
-    chosen = chosen_heads(loaded, heads)
-    types = head_types(loaded, chosen)
+    compiled = on_driver.scorer().loaded.model
+    chosen = chosen_heads(compiled, heads)
+    types = head_types(compiled, chosen)
     clash = [name for name in types if name in frame.columns]
     if clash:
         raise CommandError(f"the input already has columns {clash}, which the heads would add")
