@@ -11,10 +11,19 @@ Each pipeline (bench/exactness.py's, fitted on its mixed frame) scores the same 
 
 Each runs in its own process on 1 core and on 2 cores (``taskset``; the thread pools of OpenMP,
 BLAS, numba and XLA sized to match), ``--rounds`` times in alternating order; a figure is the
-median rows/s. Prints a table; never asserts.
+median rows/s.
+
+Then, in the same run, Ray Data (``service.distributed.ScoreBatches``) with 1 worker and with 2
+over the same file, read, scored and written to Parquet, on 2 cores (one thread per worker): one
+process per pipeline, one local Ray cluster, the two worker counts alternating round by round.
+Two rates each: ``job``, the whole job (Ray starts the workers and each loads the model, from a
+warm compile cache, every job); ``scoring``, from the first batch a worker starts scoring to the
+last one's end. Needs ``kestrel[ray]``; ``--no-ray`` leaves it out.
+
+Prints tables; never asserts.
 
 Usage: python bench/offline.py [--pipelines ct_hgb,scaled_rf] [--rows 200000]
-       [--row-group 20000] [--rounds 3]
+       [--row-group 20000] [--rounds 3] [--no-ray]
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINES = ("ct_hgb", "scaled_rf", "scaled_lr")
@@ -91,12 +101,88 @@ def run(name: str, engine: str, data: str, rounds: int) -> None:
     print(json.dumps(seconds), flush=True)
 
 
-def _measure(name: str, engine: str, cores: int, data: str, rounds: int) -> list[float]:
-    env = {**os.environ, **_threads(cores), "PYTHONPATH": str(ROOT)}
-    code = (
-        f"import sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); import offline; "
-        f"offline.run({name!r}, {engine!r}, {data!r}, {rounds})"
+WORKERS = (1, 2)
+
+
+def run_ray(name: str, data: str, rounds: int, batch: int) -> None:
+    """In a worker: fit, warm the compile cache, then run the Ray Data job (``batch`` rows a
+    call) ``rounds`` times with each worker count; prints ``{workers: {"job": [seconds], "scoring": [seconds]}}`` as JSON."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import exactness
+    import ray
+    import skops.io as sio
+
+    from service import score
+    from service.settings import Settings
+
+    model, _ = exactness._fit(name)
+    out = Path(tempfile.mkdtemp(prefix="kestrel-offline-ray-"))
+    path, cache = out / "model.skops", out / "cache"
+    path.write_bytes(sio.dumps(model))
+    score.load_model(str(path), Settings(cache_dir=cache))  # workers load what this compiled
+    # A logical CPU per worker and one for Ray Data's read and write tasks (on the same two
+    # cores): with only as many as workers, the reads wait for a CPU the workers never free.
+    ray.init(num_cpus=max(WORKERS) + 1, include_dashboard=False, log_to_driver=False)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    seconds: dict[int, dict[str, list[float]]] = {w: {"job": [], "scoring": []} for w in WORKERS}
+    for i in range(rounds):
+        for workers in WORKERS if i % 2 == 0 else WORKERS[::-1]:
+            spans = out / f"spans-{i}-{workers}"
+            spans.mkdir()
+            kwargs = {"model": str(path), "cache_dir": str(cache), "spans": str(spans)}
+            t0 = time.perf_counter()
+            ray.data.read_parquet(data).map_batches(
+                TimedScoreBatches,
+                fn_constructor_kwargs=kwargs,
+                batch_format="pyarrow",
+                batch_size=batch,
+                concurrency=workers,
+            ).write_parquet(str(out / f"scored-{i}-{workers}"))
+            seconds[workers]["job"].append(time.perf_counter() - t0)
+            seconds[workers]["scoring"].append(_span(spans))
+    ray.shutdown()
+    print(json.dumps(seconds), flush=True)
+
+
+class TimedScoreBatches:
+    """``ScoreBatches`` that appends each call's start and end (wall clock, comparable across
+    the workers' processes) to a file of its own under ``spans``."""
+
+    def __init__(self, spans: str, **kwargs: Any) -> None:
+        from service.distributed import ScoreBatches
+
+        self._score = ScoreBatches(**kwargs)
+        self._log = Path(spans) / f"{os.getpid()}-{id(self)}.txt"
+
+    def __call__(self, batch: Any) -> Any:
+        start = time.time()
+        scored = self._score(batch)
+        with self._log.open("a") as f:
+            f.write(f"{start} {time.time()}\n")
+        return scored
+
+
+def _span(spans: Path) -> float:
+    """Seconds from the first call's start to the last call's end, over every worker."""
+    calls = [
+        tuple(map(float, line.split()))
+        for log in spans.iterdir()
+        for line in log.read_text().splitlines()
+    ]
+    return max(end for _, end in calls) - min(start for start, _ in calls)
+
+
+def _measure(name: str, engine: str, cores: int, data: str, rounds: int, batch: int = 0) -> Any:
+    """The figures of ``run`` (or ``run_ray``, engine ``ray``) in a process pinned to ``cores``."""
+    # Ray's workers import this module too (TimedScoreBatches): bench/ on their path.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "bench")])}
+    env |= _threads(1 if engine == "ray" else cores)  # ray: one thread per worker process
+    call = (
+        f"offline.run_ray({name!r}, {data!r}, {rounds}, {batch})"
+        if engine == "ray"
+        else f"offline.run({name!r}, {engine!r}, {data!r}, {rounds})"
     )
+    code = f"import sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); import offline; {call}"
     cpus = ",".join(map(str, sorted(os.sched_getaffinity(0))[:cores]))
     done = subprocess.run(
         ["taskset", "-c", cpus, sys.executable, "-c", code],
@@ -108,7 +194,7 @@ def _measure(name: str, engine: str, cores: int, data: str, rounds: int) -> list
     )
     if done.returncode != 0:
         raise RuntimeError(f"{name} {engine} on {cores} cores failed:\n{done.stderr[-2000:]}")
-    return list(json.loads(done.stdout.strip().splitlines()[-1]))
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _write_data(rows: int, row_group: int, path: str) -> None:
@@ -129,6 +215,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--row-group", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-ray", dest="ray", action="store_false")
     args = parser.parse_args()
     cores = [1, 2] if len(os.sched_getaffinity(0)) >= 2 else [1]
     with tempfile.TemporaryDirectory() as tmp:
@@ -140,6 +227,7 @@ def main() -> None:
         )
         print("| pipeline | engine | " + " | ".join(f"{c} core(s)" for c in cores) + " | 2/1 |")
         print("|---|---|" + "---|" * len(cores) + "---|")
+        ray_rows: list[str] = []
         for name in args.pipelines.split(","):
             rates: dict[str, dict[int, float]] = {}
             for c in cores:
@@ -152,7 +240,26 @@ def main() -> None:
                 cells = " | ".join(f"{r[c]:,.0f}" for c in cores)
                 print(f"| {name} | {engine} | {cells} | {scaling} |")
             ratio = " | ".join(f"{rates['kestrel'][c] / rates['sklearn'][c]:.2f}x" for c in cores)
-            print(f"| {name} | kestrel / sklearn | {ratio} | |")
+            print(f"| {name} | kestrel / sklearn | {ratio} | |", flush=True)
+            if args.ray and len(cores) > 1:
+                figures = _measure(name, "ray", 2, data, args.rounds, args.row_group)
+                ray_rows += [_ray_row(name, measure, figures, args.rows) for measure in MEASURES]
+        if ray_rows:
+            print(
+                "\nRay Data on 2 cores, 1 and 2 workers (one thread each), same file, same "
+                f"run; rows/s, median of {args.rounds} runs each\n"
+            )
+            print("| pipeline | measure | 1 worker | 2 workers | 2/1 |")
+            print("|---|---|---|---|---|")
+            print("\n".join(ray_rows))
+
+
+MEASURES = ("job", "scoring")
+
+
+def _ray_row(name: str, measure: str, figures: dict[str, Any], rows: int) -> str:
+    rate = {int(w): rows / statistics.median(f[measure]) for w, f in figures.items()}
+    return f"| {name} | {measure} | {rate[1]:,.0f} | {rate[2]:,.0f} | {rate[2] / rate[1]:.2f}x |"
 
 
 if __name__ == "__main__":

@@ -231,6 +231,33 @@ def default_heads(model: compiler.CompiledModel) -> list[str]:
     return wanted or list(model.methods)
 
 
+def chosen_heads(model: compiler.CompiledModel, heads: Sequence[str] | None) -> list[str]:
+    """``heads``, each one the model has (the default ones where none are given)."""
+    chosen = list(heads or default_heads(model))
+    unknown = [h for h in chosen if h not in model.methods]
+    if unknown:
+        raise CommandError(f"unknown heads {unknown}; this model has {list(model.methods)}")
+    return chosen
+
+
+def head_types(model: compiler.CompiledModel, heads: Sequence[str]) -> dict[str, pa.DataType]:
+    """The Arrow type of each column :func:`score_unit` appends for ``heads``, known before any
+    row is scored, for engines that need an output schema up front (Spark). One row of each
+    head's declared type goes through the same naming and conversion as scored rows do."""
+    one_row: dict[str, Any] = {}
+    for head in heads:
+        spec = model.output_specs[head]
+        if head == "predict" and model.classes_ is not None:
+            # Labels as decoding gives them: an object array of strings must not read as int.
+            value = model.classes_[:1]
+        else:
+            value = np.zeros((1, *spec.shape), spec.dtype)
+        parts = np.cumsum(spec.parts)[:-1]
+        one_row[head] = np.split(value, parts, axis=1) if spec.parts else value
+    columns = head_columns(model, heads, one_row)
+    return {name: pa.array(values).type for name, values in columns.items()}
+
+
 def score_unit(model: compiler.CompiledModel, heads: Sequence[str], table: pa.Table) -> pa.Table:
     frame = table.to_pandas()
     try:
@@ -265,10 +292,7 @@ def score(
     """Score ``source`` into ``output``, resuming from its parts where a run stopped.
     ``on_unit``: called after each unit is written (its index)."""
     model = loaded.model
-    heads = list(heads or default_heads(model))
-    unknown = [h for h in heads if h not in model.methods]
-    if unknown:
-        raise CommandError(f"unknown heads {unknown}; this model has {list(model.methods)}")
+    heads = chosen_heads(model, heads)
     out_format = table_format(output)
     fs, out_path = fsspec.core.url_to_fs(output)
     parts = f"{out_path}.parts"

@@ -208,3 +208,15 @@ def test_bad_inputs_are_named(tmp_path: Path, model_file: Path) -> None:
     source = score.open_source(str(_parquet(tmp_path / "ok.parquet", _frame(10, 6))))
     with pytest.raises(CommandError, match=r"unknown heads \['transform'\]"):
         score.score(loaded, source, str(tmp_path / "out.parquet"), ["transform"])
+
+
+def test_head_types_are_the_types_scored_columns_get(tmp_path: Path, model_file: Path) -> None:
+    """What an engine declares before scoring (Spark's output schema) is what scoring gives."""
+    model = score.load_model(str(model_file), Settings(cache_dir=tmp_path / "cache")).model
+    heads = list(model.methods)
+    table = pa.Table.from_pandas(_frame(20, 10), preserve_index=False)
+    scored = score.score_unit(model, heads, table)
+    types = score.head_types(model, heads)
+    assert list(types) == scored.column_names[table.num_columns :]
+    assert types == {name: scored.schema.field(name).type for name in types}
+    assert types["predict_proba_1"] == pa.float32()
