@@ -36,7 +36,7 @@ from service.models import ModelManager
 from service.parity import side_by_side
 from service.scoring import CONTRIBUTIONS
 from service.settings import Settings
-from service.versions import Prediction, State
+from service.versions import SERVABLE, Prediction
 from service.web import ROUTE_KEY_HEADER
 
 log = logging.getLogger("kestrel.grpc")
@@ -193,7 +193,7 @@ class InferenceServicer:
         call = model_call("GET", "/v2/models/{name}", request.name, request.version)
 
         async def metadata() -> Any:
-            doc = oip.model_metadata(self.manager, name, version)
+            doc = await oip.model_metadata(self.manager, name, version)
             return messages.ModelMetadataResponse(**doc)
 
         return await self.calls.run(call, context, metadata)
@@ -238,7 +238,7 @@ class InferenceServicer:
         async def index() -> Any:
             entries = oip.repository_index(self.manager)
             if request.ready:  # only the versions that serve
-                entries = [e for e in entries if e["state"] == State.READY.value]
+                entries = [e for e in entries if e["state"] in SERVABLE]
             return messages.RepositoryIndexResponse(models=entries)
 
         return await self.calls.run(_INDEX, context, index)

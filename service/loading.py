@@ -157,12 +157,30 @@ class Loader:
         self.compile(mv, loaded.estimator, sample, stored_plan(record))
         return record
 
+    def revive(self, mv: ModelVersion) -> VersionRecord:
+        """Load an UNLOADED version again from what it kept (its source estimator and sample)
+        and the executable cache, following its stored plan (service.residency). Without the
+        parity gate: this process gated this version, plan and executables when it first loaded
+        it, and its answers come from the same executables (keys, checksums)."""
+        assert mv.record is not None
+        if mv.source is None:  # unloaded without its estimator (none kept): read it again
+            return self.reload(mv, mv.record)
+        self.compile(mv, mv.source, mv.sample, stored_plan(mv.record), gate=False)
+        return mv.record
+
     def compile(
-        self, mv: ModelVersion, estimator: Any, sample: Any, plan: lz.ExecutionPlan | None = None
+        self,
+        mv: ModelVersion,
+        estimator: Any,
+        sample: Any,
+        plan: lz.ExecutionPlan | None = None,
+        *,
+        gate: bool = True,
     ) -> None:
-        """Compile every bucket (or load it from the disk cache), run it, check parity; sets
-        ``mv.model``. ``mv.progress`` follows along, for clients polling the version. ``plan``:
-        the stored version's execution plan, followed where it still matches this process."""
+        """Compile every bucket (or load it from the disk cache), run it, check parity (unless
+        ``gate`` is off); sets ``mv.model``. ``mv.progress`` follows along, for clients polling
+        the version. ``plan``: the stored version's execution plan, followed where it still
+        matches this process."""
         mv.progress = LoadProgress(Phase.COMPILING)
         opts = mv.options
         max_batch = opts.max_batch or self.settings.max_batch
@@ -207,6 +225,10 @@ class Loader:
             model.compiled.warmup(on_bucket=warmed)
             if model.explains:  # a READY version never compiles for a request
                 model.warm_explanation()
+        mv.sample = sample
+        if not gate:
+            mv.model, mv.source = model, estimator
+            return
         mv.progress = LoadProgress(Phase.PARITY, total, total)
         with self._phase(mv, LoadPhase.PARITY):
             result = parity.gate(

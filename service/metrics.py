@@ -172,6 +172,17 @@ class Metrics:
             buckets=PHASE_BUCKETS,
             registry=r,
         )
+        self.model_unloads = Counter(
+            "kestrel_model_unloads",
+            "READY versions unloaded to keep within the replica's budget of loaded versions.",
+            registry=r,
+        )
+        self.model_reload_seconds = Histogram(
+            "kestrel_model_reload_duration_seconds",
+            "From the request that found its version UNLOADED to the version READY again.",
+            buckets=PHASE_BUCKETS,
+            registry=r,
+        )
         self.model_loads = Counter(
             "kestrel_model_loads",
             "Model version loads by result (ready, failed).",

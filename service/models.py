@@ -28,12 +28,14 @@ from service.errors import Conflict, NotFound, NotReady, http_error_for
 from service.live_parity import LiveParity
 from service.loading import Loader
 from service.metrics import Metrics
+from service.residency import Residency
 from service.serving import Serving
 from service.settings import Settings
 from service.shadow import Divergence, Mirror
 from service.shadow_rule import Shadow, ShadowRule, Tally, Verdict
 from service.store import Manifest, ModelStore, VersionRecord, validate_name
 from service.versions import (
+    SERVABLE,
     LoadProgress,
     ModelOptions,
     ModelVersion,
@@ -70,6 +72,7 @@ class ModelManager(Versions):
         self.scoring_load = scoring_load or ScoringLoad(settings.max_in_flight)
         self.loader = Loader(settings, store, metrics, cache)
         self._serving = Serving(settings, metrics, self.scoring_load)
+        self.residency = Residency(settings.max_loaded_models, frozenset(settings.pinned_models))
         self.mirror = Mirror(metrics)
         # What this replica's mirrors compared, per shadow setting with a rule.
         self._tallies: dict[tuple[str, Shadow], Tally] = {}
@@ -112,7 +115,7 @@ class ModelManager(Versions):
 
         Columns of ``data`` the model does not read are scored past and named in
         :attr:`Prediction.ignored`, or, with ``strict_columns``, refused (422)."""
-        mv = self.serving(name, self.route(name, version, route_key))
+        mv = await self.ensure_loaded(name, self.route(name, version, route_key))
         for attempt in range(3):
             assert mv.model is not None and mv.batcher is not None
             decode_seconds = self.metrics.child(
@@ -132,9 +135,12 @@ class ModelManager(Versions):
                 )
             except BatcherClosedError:
                 # A hot swap closed this version's batcher between lookup and submit: the new
-                # current version answers instead (the request is not lost).
-                if version is None and attempt < 2:
-                    mv = self.serving(name, self.route(name, None, route_key))
+                # current version answers instead (the request is not lost). Or the budget
+                # unloaded it meanwhile: it is loaded again.
+                unloaded = mv.state is State.UNLOADED
+                if (version is None or unloaded) and attempt < 2:
+                    route = self.route(name, None, route_key) if version is None else version
+                    mv = await self.ensure_loaded(name, route)
                     continue
                 raise
             answer, asked = scored.outputs, outputs
@@ -143,6 +149,8 @@ class ModelManager(Versions):
                 asked = tuple(answer)
             if answer:
                 self._mirror(mv, data, asked, answer, scored.rows)
+            if self.residency.short:  # versions left loaded over the budget, busy then
+                self._keep_within_budget()
             self.live_parity.offer(mv, data, scored.outputs, scored.rows)
             self.drift.offer(mv, data, scored.outputs, scored.rows)
             self.capture.offer(mv, data, scored.outputs, scored.rows)
@@ -150,6 +158,51 @@ class ModelManager(Versions):
                 mv, scored.outputs, scored.rows, scored.decode_s, scored.ignored, scored.explained
             )
         raise NotReady(f"model {name!r} is being replaced; retry")
+
+    async def ensure_loaded(self, name: str, version: str | None = None) -> ModelVersion:
+        """The READY version that answers (:meth:`serving`), loaded again first where the budget
+        unloaded it (service.residency): concurrent requests share one load."""
+        for _ in range(3):  # other loads may unload it again before this request resumes
+            mv = self.answering(name, version)
+            if mv.state is not State.UNLOADED and mv.revival is None:
+                break
+            if mv.revival is None:
+                mv.revival = asyncio.get_running_loop().create_task(self._revive(mv))
+            mv.waiting += 1  # not unloaded while requests wait for it
+            try:
+                await asyncio.shield(mv.revival)
+            finally:
+                mv.waiting -= 1
+        mv = self.serving(name, version)
+        self.residency.touch(mv)
+        return mv
+
+    async def _revive(self, mv: ModelVersion) -> None:
+        t0 = time.perf_counter()
+        try:
+            current = self.current_version.get(mv.name) == mv.version
+            mv.state, mv.error, mv.done = State.LOADING, None, asyncio.Event()
+            mv.progress, mv.load_phases = LoadProgress(Phase.QUEUED), {}
+            work = self.loader.submit(self.loader.revive, mv)
+            await self._finish(mv, work, commit=False, current=current, settle=False)
+        finally:
+            mv.revival = None
+        if mv.state is State.READY:
+            self.metrics.model_reload_seconds.observe(time.perf_counter() - t0)
+
+    def _keep_within_budget(self) -> None:
+        """Unload the versions idle the longest while more are loaded than the budget allows."""
+        everything = (mv for versions in self.by_name.values() for mv in versions.values())
+        for mv in self.residency.over_budget(everything):
+            log.info(
+                "model %s version %s unloaded: over the budget of %d loaded versions",
+                mv.name,
+                mv.version,
+                self.residency.max_loaded,
+                extra={"model": mv.name, "version": mv.version},
+            )
+            self.metrics.model_unloads.inc()
+            self._spawn(self._serving.unload(mv))
 
     def _mirror(
         self,
@@ -262,9 +315,11 @@ class ModelManager(Versions):
         commit: bool = True,
         actor: str = "",
         current: bool = True,
+        settle: bool = True,
     ) -> None:
         """Await the blocking load, commit a new upload to the manifest, and make the version
-        current; or mark it FAILED with the reason. Reloads of stored versions don't commit."""
+        current; or mark it FAILED with the reason. Reloads of stored versions don't commit.
+        ``settle`` False: no full collection after it (see :meth:`_activate`)."""
         t0 = time.perf_counter()
         try:
             record = await work
@@ -289,7 +344,7 @@ class ModelManager(Versions):
                 mv.load_seconds = time.perf_counter() - t0
                 mv.failed_loads = 0
                 if current or mv.version in self.pinned(mv.name):
-                    self._activate(mv, current=current)
+                    self._activate(mv, current=current, settle=settle)
                 else:  # registered to be stored only: it serves once something names it
                     mv.state, mv.model, mv.source = State.RETIRED, None, None
                     Serving.stop_executor(mv)
@@ -364,9 +419,11 @@ class ModelManager(Versions):
         self.shadows = {name: e.shadow for name, e in models.items() if e.shadow is not None}
         self._tallies = {k: t for k, t in self._tallies.items() if self.shadows.get(k[0]) == k[1]}
 
-    def _activate(self, mv: ModelVersion, *, current: bool = True) -> None:
+    def _activate(self, mv: ModelVersion, *, current: bool = True, settle: bool = True) -> None:
         """READY: give the version a batcher and make it current; retire the previous one unless
         an alias names it. ``current`` False: a version an alias names, serving beside it.
+        ``settle`` False (a version loaded again after the budget unloaded it: little garbage,
+        and requests wait on it): no full collection of the heap (:mod:`service.gcpolicy`).
 
         A version chosen by an older manifest than the one now current (a slow replica-sync load
         overtaken by a local registration, or two local uploads finishing out of order) does not
@@ -387,7 +444,9 @@ class ModelManager(Versions):
             return
         self._serving.start(mv)
         mv.state = State.READY
-        self._settle_heap()
+        self.residency.touch(mv)  # just loaded: the last to unload
+        if settle:
+            self._settle_heap()
         if current:
             self.current_version[mv.name] = mv.version
         self.metrics.model_loads.labels("ready").inc()
@@ -407,6 +466,7 @@ class ModelManager(Versions):
             and previous.version not in self.pinned(mv.name)
         ):
             self._spawn(self._serving.stop(previous))
+        self._keep_within_budget()
 
     def _settle_heap(self) -> None:
         """:func:`gcpolicy.settle` once the loads under way are over: each settle walks the
@@ -526,7 +586,7 @@ class ModelManager(Versions):
         await asyncio.gather(
             *(self._load_stored(mv, manifest.generation, current=False) for mv in loads)
         )
-        failed = [mv for mv in named if mv.state is not State.READY]
+        failed = [mv for mv in named if mv.state not in SERVABLE]
         if failed:
             await self._write(back)
         await self._retire_unnamed()
@@ -547,7 +607,7 @@ class ModelManager(Versions):
             await self._load_stored(mv, manifest.generation)
         elif self._serves_beside(mv):
             self._switch_current(mv, manifest.generation)
-        if mv.state is State.READY:
+        if mv.state in SERVABLE:
             return mv
         reason = mv.error or mv.state.value
         if previous is not None and previous is not mv:
@@ -655,9 +715,10 @@ class ModelManager(Versions):
                 await self._retire_unnamed()
 
     def _serves_beside(self, mv: ModelVersion) -> bool:
-        """Whether stored ``mv`` is READY but not current (an alias names it)."""
+        """Whether stored ``mv`` serves (READY, or UNLOADED for the budget) but is not current
+        (an alias names it)."""
         return (
-            mv.state is State.READY
+            mv.state in SERVABLE
             and mv.record is not None
             and self.current_version.get(mv.name) != mv.version
         )
@@ -681,7 +742,7 @@ class ModelManager(Versions):
             mv
             for name, versions in self.by_name.items()
             for mv in versions.values()
-            if mv.state is State.READY
+            if mv.state in SERVABLE
             and mv.record is not None
             and mv.version != self.current_version.get(name)
             and mv.version not in self.pinned(name)
@@ -719,6 +780,7 @@ class ModelManager(Versions):
             return False  # a local upload: it becomes READY through its own registration
         if mv.state is State.RETIRED:
             return True
+        # UNLOADED (for the budget) is loaded by its next request, not by a sync.
         return mv.state is State.FAILED and (force or time.monotonic() >= mv.retry_at)
 
     async def _load_stored(

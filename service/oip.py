@@ -23,7 +23,7 @@ from service.errors import BadRequest, InvalidInput, NotFound
 from service.models import ModelManager
 from service.scoring import CONTRIBUTIONS, Explained
 from service.settings import Settings
-from service.versions import ModelVersion, Prediction, State
+from service.versions import SERVABLE, ModelVersion, Prediction, State
 
 EMPTY_BATCH = "the input tensors hold an empty batch: send at least one row"
 EXTENSIONS = ("binary_tensor_data", "model_repository")
@@ -229,7 +229,7 @@ async def infer(
     request where traffic is split (the inputs are read by its schema), and the tensors decoded
     only once it is known to serve (an unknown model is a 404 whatever they hold)."""
     version = manager.route(name, version, route_key)
-    mv = manager.serving(name, version)
+    mv = await manager.ensure_loaded(name, version)
     rows = rows_from_inputs(decode(), mv)
     return await manager.predict(
         name, version, rows, outputs=outputs, deadline=deadline, strict_columns=strict_columns
@@ -249,10 +249,12 @@ def server_metadata(version: str) -> dict[str, Any]:
     return {"name": "kestrel", "version": version, "extensions": list(EXTENSIONS)}
 
 
-def model_metadata(manager: ModelManager, name: str, version: str | None) -> dict[str, Any]:
+async def model_metadata(manager: ModelManager, name: str, version: str | None) -> dict[str, Any]:
     mv = manager.answering(name, version)
     if mv.state is State.FAILED:  # as infer answers (a version that failed has no inputs)
         raise manager.not_serving(mv)
+    if mv.state is State.UNLOADED:  # its inputs are its compiled model's: load it again
+        mv = await manager.ensure_loaded(name, version)
     return metadata(mv, [v.version for v in manager.versions(mv.name)])
 
 
@@ -263,7 +265,8 @@ def readiness(manager: ModelManager, name: str, version: str | None) -> int:
         mv = manager.answering(name, version)
     except NotFound:
         return 404
-    return 200 if mv.state is State.READY else manager.not_serving(mv).status
+    # UNLOADED serves too: its next request loads it again (service.residency).
+    return 200 if mv.state in SERVABLE else manager.not_serving(mv).status
 
 
 def repository_index(manager: ModelManager) -> list[dict[str, str]]:

@@ -7,14 +7,16 @@ prediction never waits in a batch for an explanation's far costlier compute."""
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import lazy as lz
 from service.admission import ScoringLoad
 from service.batcher import Batcher, BatchInfo
 from service.metrics import Metrics
 from service.settings import Settings
-from service.versions import ModelVersion, State
+from service.versions import SERVABLE, ModelVersion, State
 
 
 class Serving:
@@ -95,17 +97,31 @@ class Serving:
         return explainer
 
     async def stop(self, mv: ModelVersion) -> None:
-        """Stop serving ``mv``: finish what it queued, then free it (RETIRED if it was READY)."""
+        """Stop serving ``mv``: finish what it queued, then free it (RETIRED if it was READY or
+        UNLOADED)."""
+        state = mv.state
+        if state in SERVABLE:
+            mv.state = State.RETIRED
+        await self._free(mv, state)
+
+    def unload(self, mv: ModelVersion) -> Coroutine[Any, Any, None]:
+        """UNLOADED now: then (awaited) free ``mv``'s compiled model, batcher and executor once
+        what it queued is done, keeping its source estimator to load it again
+        (service.residency)."""
+        state, mv.state = mv.state, State.UNLOADED
+        return self._free(mv, state, keep_source=True)
+
+    async def _free(self, mv: ModelVersion, state: State, *, keep_source: bool = False) -> None:
         # Detach everything first: while the old batcher drains, a delete of the newer version
         # may bring this one back (``start`` gives it a new batcher and executor), and those
         # must survive this stop.
-        batcher, explainer, executor, state = mv.batcher, mv.explainer, mv.executor, mv.state
-        if state is State.READY:
-            mv.state = State.RETIRED
+        batcher, explainer, executor = mv.batcher, mv.explainer, mv.executor
         if mv.delay is not None:  # a no-op once a newer version of the model is tracked
             self.scoring_load.untrack(mv.name, mv.delay)
         mv.batcher, mv.model, mv.executor, mv.delay = None, None, None, None
-        mv.source, mv.explainer = None, None
+        mv.explainer = None
+        if not keep_source:
+            mv.source = None
         if batcher is not None:
             await batcher.close(drain=True)
         if explainer is not None:

@@ -89,6 +89,17 @@ class Settings(BaseSettings):
         "the device clearly wins (an accelerator). 0: every bucket on the device; empty: "
         "every bucket timed",
     )
+    max_loaded_models: int | None = Field(
+        None,
+        ge=1,
+        description="versions loaded at once on this replica: beyond it, the versions idle the "
+        "longest are unloaded and loaded again on their next request (empty: no budget)",
+    )
+    pinned_models: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="models whose versions are never unloaded for the budget (a JSON list or "
+        "comma-separated names)",
+    )
     max_queue_rows: int = Field(65536, ge=1, description="rows queued per model before 429")
     max_in_flight: int | None = Field(
         2048,
@@ -220,6 +231,7 @@ class Settings(BaseSettings):
         "cache_dir",
         "cache_signing_key",
         "host_rows",
+        "max_loaded_models",
         "preload",
         "preload_name",
         "max_in_flight",
@@ -235,15 +247,17 @@ class Settings(BaseSettings):
         # Not "any free port" as 0 is for `port`: a client could not learn which one it was.
         return None if value in ("", None, 0, "0") else value
 
+    @field_validator("pinned_models", mode="before")
+    @classmethod
+    def _name_list(cls, value: object) -> object:
+        return _listed(value)
+
     @field_validator("host_step_modules", mode="before")
     @classmethod
     def _module_list(cls, value: object) -> object:
-        if isinstance(value, str):
-            text = value.strip()
-            value = json.loads(text) if text.startswith("[") else text.split(",")
-        if isinstance(value, list | tuple):
-            names = [v.strip() if isinstance(v, str) else v for v in value]
-            names = [v for v in names if v != ""]
+        value = _listed(value)
+        if isinstance(value, list):
+            names = value
             for name in names:
                 if not isinstance(name, str) or not _MODULE_NAME.fullmatch(name):
                     raise ValueError(f"{name!r} is not a module name (dotted identifiers)")
@@ -266,3 +280,14 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _listed(value: object) -> object:
+    """A JSON list or comma-separated names as a list of names (blanks dropped)."""
+    if isinstance(value, str):
+        text = value.strip()
+        value = json.loads(text) if text.startswith("[") else text.split(",")
+    if isinstance(value, list | tuple):
+        names = [v.strip() if isinstance(v, str) else v for v in value]
+        return [v for v in names if v != ""]
+    return value

@@ -234,7 +234,7 @@ def add_v2_routes(app: FastAPI, manager: ModelManager, settings: Settings) -> No
         return json_response({"ready": ok}, 200 if ok else 503)
 
     async def model_metadata(request: Request, name: str, version: str | None) -> Response:
-        return json_response(oip.model_metadata(manager, name, version))
+        return json_response(await oip.model_metadata(manager, name, version))
 
     async def model_ready(request: Request, name: str, version: str | None) -> Response:
         status = oip.readiness(manager, name, version)

@@ -45,6 +45,13 @@ class State(enum.StrEnum):
     READY = "READY"
     FAILED = "FAILED"
     RETIRED = "RETIRED"  # stored but not loaded: replaced by a newer version
+    # Still current (or named), unloaded to keep within the replica's budget of loaded versions
+    # (service.residency): its next request loads it again.
+    UNLOADED = "UNLOADED"
+
+
+#: The states of a version that can answer a request now or after loading it on demand.
+SERVABLE = frozenset({State.READY, State.UNLOADED})
 
 
 class Phase(enum.StrEnum):
@@ -171,6 +178,10 @@ class ModelVersion:
     reserved: str | None = None
     retry_at: float = 0.0  # time.monotonic() after which a replica sync may retry the reload
     progress: LoadProgress | None = None  # while LOADING: the load's phase and buckets warmed
+    sample: Any = None  # the registration sample in its source form, as the compile took it
+    last_used: float = 0.0  # time.monotonic() of its last request (service.residency)
+    revival: asyncio.Task[None] | None = None  # loading it again after it was UNLOADED
+    waiting: int = 0  # requests waiting for that load
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -252,7 +263,7 @@ class Versions:
         ready = {
             v: w
             for v, w in weights.items()
-            if (mv := known.get(v)) is not None and mv.state is State.READY
+            if (mv := known.get(v)) is not None and mv.state in SERVABLE
         }
         if ready != weights:
             if not ready:
@@ -362,7 +373,7 @@ class Versions:
         the current one; with none current, one still loading (it soon serves: 503, not the 409
         of a FAILED newest), else the newest."""
         mv = self.lookup(name, version)
-        if self.resolve(name, version)[1] is None and mv.state is not State.READY:
+        if self.resolve(name, version)[1] is None and mv.state not in SERVABLE:
             mv = next((v for v in self.versions(mv.name) if v.state is State.LOADING), mv)
         return mv
 
