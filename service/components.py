@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
@@ -13,6 +14,8 @@ from service.access import Auth
 from service.admission import ScoringLoad
 from service.metrics import Metrics
 from service.models import ModelManager
+from service.pod import PodWorker
+from service.pod_board import Board, PodScoringLoad
 from service.preload import Preloader
 from service.settings import Settings
 from service.store import ModelStore
@@ -27,18 +30,31 @@ class Components:
     manager: ModelManager
     auth: Auth
     preloader: Preloader | None  # the model file to serve at start (KServe runtime), if any
+    pod: PodWorker | None = None  # in a worker of `kestrel serve --workers N` (service/pod.py)
 
     @classmethod
-    def build(cls, settings: Settings, registry: CollectorRegistry | None = None) -> Components:
+    def build(
+        cls,
+        settings: Settings,
+        registry: CollectorRegistry | None = None,
+        pod_dir: Path | None = None,
+    ) -> Components:
         if settings.cache_dir is not None:
             # Native kernels' machine code (numba, lazy/forest.py) beside the executables, under
             # the same trust: numba reads this when a model first needs it, after start-up.
             os.environ.setdefault("NUMBA_CACHE_DIR", str(settings.cache_dir / "numba"))
-        metrics = Metrics(registry)
+        # Claimed first: a sibling's write is waited for by this worker from now on.
+        board = Board(pod_dir / "board") if pod_dir is not None else None
+        metrics = Metrics(registry, multiprocess=board is not None)
         cache = lz.ExecutableCache(disk_dir=settings.cache_dir)
         metrics.add_cache_collector(cache)
         store = ModelStore(settings.store_url, dict(settings.store_options) or None)
-        scoring = ScoringLoad(settings.max_in_flight)
+        # In a pod the in-flight cap is the pod's: every worker counts against one total.
+        scoring = (
+            ScoringLoad(settings.max_in_flight)
+            if board is None
+            else PodScoringLoad(settings.max_in_flight, board)
+        )
         auth = Auth(
             settings.admin_token.get_secret_value() if settings.admin_token else None,
             settings.scoring_token.get_secret_value() if settings.scoring_token else None,
@@ -52,7 +68,10 @@ class Components:
             else None
         )
         manager = ModelManager(settings, store, metrics, cache, scoring)
-        return cls(settings, metrics, cache, store, manager, auth, preloader)
+        pod = None
+        if pod_dir is not None and board is not None:
+            pod = PodWorker.join(pod_dir, board, manager, metrics, settings.register_wait_s)
+        return cls(settings, metrics, cache, store, manager, auth, preloader, pod)
 
     def is_ready(self) -> bool:
         """Stored models recovered, and the preloaded one (if any) READY: /readyz, /v2 ready."""

@@ -94,6 +94,16 @@ class ModelManager(Versions):
     def is_ready(self) -> bool:
         return self.recovered.is_set()
 
+    @property
+    def written_generation(self) -> int:
+        """The newest manifest generation this process wrote (-1: none)."""
+        return self._floor
+
+    @property
+    def synced_generation(self) -> int:
+        """The manifest generation the last sync applied (-1: none yet)."""
+        return self._generation
+
     # -- scoring -------------------------------------------------------------------------------
     async def predict(
         self,

@@ -1,0 +1,250 @@
+"""``kestrel serve --workers 2``: real worker processes behind one port, as one pod.
+
+Which worker answers is learnt from ``/healthz`` (it names its pid in a pod) on the same
+keep-alive connection as the request it follows: a connection stays with the worker that
+accepted it, and a new connection may go to either.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import skops.io as sio
+from prometheus_client.parser import text_string_to_metric_families
+from sklearn.linear_model import LinearRegression
+
+from tests.deploy.prometheus_server import PrometheusServer
+from tests.service.live import LiveServer
+
+X = np.random.default_rng(0).normal(size=(40, 3)).astype(np.float32)
+MODELS = {
+    kind: LinearRegression().fit(X, X @ np.asarray(coef, np.float32) + bias)
+    for kind, coef, bias in (("a", [1, 2, 3], 0.0), ("b", [-3, 0.5, 1], 10.0))
+}
+OPTIONS = '{"max_batch": 8}'
+PREDICT_ROUTE = "/models/{name}/predict"
+
+
+def start_pod(workdir: Path, **env: str) -> LiveServer:
+    server = LiveServer(workdir, KESTREL_WORKERS="2", **env)
+    return server.start(timeout=180)
+
+
+def worker_of(client: httpx.Client) -> int:
+    """The pid of the worker holding ``client``'s connection."""
+    return int(client.get("/healthz").json()["worker"])
+
+
+def score(client: httpx.Client, name: str, rows: np.ndarray) -> httpx.Response:
+    return client.post(f"/models/{name}/predict", json={"rows": rows.tolist()})
+
+
+def scores_as(kind: str, response: httpx.Response, rows: np.ndarray) -> None:
+    assert response.status_code == 200, response.text
+    (out,) = response.json()["outputs"].values()
+    np.testing.assert_allclose(np.ravel(out), MODELS[kind].predict(rows), rtol=1e-4, atol=1e-4)
+
+
+def on_new_connections(server: LiveServer, call: Callable[[httpx.Client], Any], n: int) -> list:
+    """``call`` on ``n`` new connections, 8 at a time (so both workers are busy accepting);
+    each result with the pid of the worker that answered it."""
+
+    def one(_: int) -> tuple[Any, int]:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            result = call(client)
+            return result, worker_of(client)
+
+    with ThreadPoolExecutor(8) as pool:
+        return list(pool.map(one, range(n)))
+
+
+def pod_metric(text: str, name: str, **labels: str) -> float:
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )
+
+
+@pytest.fixture(scope="module")
+def pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    server = start_pod(tmp_path_factory.mktemp("pod"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_both_workers_answer_on_one_port(pod: LiveServer) -> None:
+    answered = on_new_connections(pod, lambda c: c.get("/readyz").status_code, 32)
+    assert {status for status, _ in answered} == {200}
+    workers = {pid for _, pid in answered}
+    assert len(workers) == 2 and pod.proc is not None and pod.proc.pid not in workers
+
+
+def test_a_registered_model_scores_through_every_worker(pod: LiveServer) -> None:
+    # wait=true: answered once every worker serves it, so no new connection is told 404.
+    created = pod.register("m", sio.dumps(MODELS["a"]), options=OPTIONS)
+    assert created.status_code == 201, created.text
+    rows = X[:5]
+    answered = on_new_connections(pod, lambda c: score(c, "m", rows), 24)
+    for response, _ in answered:
+        scores_as("a", response, rows)
+    assert len({pid for _, pid in answered}) == 2
+
+    # Registered without waiting and followed on the upload's connection (as `kestrel register`
+    # does): READY is reported once the other worker serves the new version too.
+    with httpx.Client(base_url=pod.url, timeout=60, headers=pod.admin) as client:
+        accepted = client.post(
+            "/models",
+            params={"wait": "false"},
+            data={"name": "m", "options": OPTIONS},
+            files={"file": ("m.skops", sio.dumps(MODELS["b"]))},
+        )
+        assert accepted.status_code == 202, accepted.text
+        location = accepted.headers["Location"]
+        phases = set()
+        while (doc := client.get(location).json())["state"] == "LOADING":
+            phases.add(doc["progress"]["phase"])
+            time.sleep(0.02)
+        assert doc["state"] == "READY", doc
+    answered = on_new_connections(pod, lambda c: score(c, "m", rows), 24)
+    for response, _ in answered:
+        scores_as("b", response, rows)
+    assert len({pid for _, pid in answered}) == 2
+
+
+def test_a_scrape_reports_the_pod_totals(pod: LiveServer, tmp_path: Path) -> None:
+    if not pod.client.get("/models/m").is_success:
+        assert pod.register("m", sio.dumps(MODELS["a"]), options=OPTIONS).status_code == 201
+    labels = {"model": "m", "route": PREDICT_ROUTE, "status": "200"}
+    before = pod_metric(pod.client.get("/metrics").text, "kestrel_requests_total", **labels)
+    sent = 40
+    answered = on_new_connections(pod, lambda c: score(c, "m", X[:2]).status_code, sent)
+    assert {status for status, _ in answered} == {200}
+    assert len({pid for _, pid in answered}) == 2
+
+    prometheus = PrometheusServer(
+        tmp_path,
+        {
+            "global": {"scrape_interval": "1s"},
+            "scrape_configs": [
+                {"job_name": "kestrel", "static_configs": [{"targets": [f"127.0.0.1:{pod.port}"]}]}
+            ],
+        },
+    ).start()
+    try:
+        query = "sum(kestrel_requests_total{{{}}})".format(
+            ",".join(f'{k}="{v}"' for k, v in labels.items())
+        )
+
+        def counted() -> bool:
+            result = prometheus.query(query)
+            return bool(result) and float(result[0]["value"][1]) == before + sent
+
+        prometheus.wait(counted, 30, f"{query} == {before + sent}")
+        # Series that count the pod once, not once per worker.
+        assert float(prometheus.query("kestrel_workers")[0]["value"][1]) == 2
+        ready = prometheus.query('kestrel_models{state="READY"}')
+        assert float(ready[0]["value"][1]) == 1  # one model, its current version
+        limit = prometheus.query("kestrel_scoring_in_flight_limit")
+        assert float(limit[0]["value"][1]) == 2048
+    finally:
+        prometheus.stop()
+    text = pod.client.get("/metrics").text
+    rows = pod_metric(text, "kestrel_batch_rows_processed_total", model="m")
+    assert rows >= 2 * sent  # every row sent, counted in whichever worker batched it
+    assert pod_metric(text, "kestrel_worker_starts_total") == 2
+
+
+def test_a_killed_worker_is_replaced_and_serves_what_the_pod_serves(pod: LiveServer) -> None:
+    if not pod.client.get("/models/m").is_success:
+        assert pod.register("m", sio.dumps(MODELS["a"]), options=OPTIONS).status_code == 201
+    before = {pid for _, pid in on_new_connections(pod, lambda c: None, 16)}
+    victim = min(before)
+    os.kill(victim, signal.SIGKILL)
+
+    def replaced() -> set[int]:
+        pids = {pid for _, pid in on_new_connections(pod, lambda c: None, 16)}
+        return pids if len(pids) == 2 and victim not in pids else set()
+
+    deadline = time.monotonic() + 90
+    while not (now := replaced()):
+        assert time.monotonic() < deadline, pod.logs()
+        time.sleep(0.5)
+    # The replacement took connections only once it served the model.
+    answered = on_new_connections(pod, lambda c: score(c, "m", X[:3]).status_code, 24)
+    assert {status for status, _ in answered} == {200}
+    assert {pid for _, pid in answered} == now
+    text = pod.client.get("/metrics").text
+    assert pod_metric(text, "kestrel_worker_starts_total") == 3
+    assert pod_metric(text, "kestrel_workers") == 2
+    assert f"Child process [{victim}] died" in pod.logs()
+
+
+@pytest.fixture(scope="module")
+def slow_pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """A pod whose scoring requests stay in flight half a second (their batch waits to fill),
+    with a pod-wide cap of 4 in flight and no delay-based shedding."""
+    server = start_pod(
+        tmp_path_factory.mktemp("slow-pod"),
+        KESTREL_BATCH_WAIT_MS="500",
+        KESTREL_MAX_IN_FLIGHT="4",
+        KESTREL_QUEUE_DELAY_TARGET_MS="60000",
+    )
+    try:
+        assert server.register("m", sio.dumps(MODELS["a"]), options=OPTIONS).status_code == 201
+        yield server
+    finally:
+        server.stop()
+
+
+def test_the_in_flight_cap_is_the_pods(slow_pod: LiveServer) -> None:
+    # 8 at once over new connections, spread over both workers: a cap per worker would admit
+    # them all; the pod's admits 4 (one more per other worker, read at the same instant).
+    together = threading.Barrier(8)
+    with ThreadPoolExecutor(8) as pool:
+        answered = list(pool.map(lambda _: _status_and_worker(slow_pod, together), range(8)))
+    statuses = sorted(status for status, _ in answered)
+    assert statuses.count(429) >= 3 and 4 <= statuses.count(200) <= 5, answered
+    assert len({pid for _, pid in answered}) == 2, answered
+    text = slow_pod.client.get("/metrics").text
+    assert pod_metric(text, "kestrel_rejections_total", reason="overloaded") == statuses.count(429)
+
+
+def _status_and_worker(server: LiveServer, together: threading.Barrier) -> tuple[int, int]:
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        pid = worker_of(client)  # first: every connection is open when the burst starts
+        together.wait()
+        return score(client, "m", X[:1]).status_code, pid
+
+
+def test_sigterm_drains_every_worker_and_exits_0(slow_pod: LiveServer) -> None:
+    assert slow_pod.proc is not None
+    clients = [httpx.Client(base_url=slow_pod.url, timeout=60) for _ in range(4)]
+    try:
+        workers = {worker_of(c) for c in clients}
+        with ThreadPoolExecutor(4) as pool:
+            futures = [pool.submit(score, c, "m", X[:1]) for c in clients]
+            time.sleep(0.2)  # sent, waiting for their batch
+            slow_pod.proc.send_signal(signal.SIGTERM)
+            for future in futures:
+                scores_as("a", future.result(), X[:1])
+        assert slow_pod.proc.wait(60) == 0
+    finally:
+        for c in clients:
+            c.close()
+    for pid in workers:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
