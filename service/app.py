@@ -136,10 +136,9 @@ def _lifespan(
             tasks.append(asyncio.create_task(_poll(parts.manager, parts.settings.poll_interval_s)))
         if parts.pod is not None:
             tasks += [asyncio.create_task(loop) for loop in parts.pod.tasks()]
-            if parts.pod.board.siblings_serving():
-                # A worker replacing a dead one takes connections only once it serves what its
-                # siblings serve: the port is theirs meanwhile.
-                await parts.pod.sync.join_running()
+            # A worker takes connections only once it serves what the store holds: the port is
+            # its siblings' meanwhile (all of them wait at the pod's start: /healthz waits too).
+            await parts.pod.sync.join()
         try:
             yield
         finally:

@@ -14,7 +14,7 @@ from service.access import Auth
 from service.admission import ScoringLoad
 from service.metrics import Metrics
 from service.models import ModelManager
-from service.pod import PodWorker
+from service.pod import PodWorker, store_lock
 from service.pod_board import Board, PodScoringLoad
 from service.preload import Preloader
 from service.settings import Settings
@@ -48,7 +48,11 @@ class Components:
         metrics = Metrics(registry, multiprocess=board is not None)
         cache = lz.ExecutableCache(disk_dir=settings.cache_dir)
         metrics.add_cache_collector(cache)
-        store = ModelStore(settings.store_url, dict(settings.store_options) or None)
+        store = ModelStore(
+            settings.store_url,
+            dict(settings.store_options) or None,
+            writers_lock=store_lock(pod_dir) if pod_dir is not None else None,
+        )
         # In a pod the in-flight cap is the pod's: every worker counts against one total.
         scoring = (
             ScoringLoad(settings.max_in_flight)

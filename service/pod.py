@@ -19,14 +19,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import os
 import warnings
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from service.pod_board import Board
+from service.pod_board import Board, locked
 from service.pod_metrics import PodMetrics
 from service.pod_sync import PodSync
 from service.shedding import SheddingHttpProtocol
@@ -39,6 +40,12 @@ if TYPE_CHECKING:
 
 #: The environment variable naming the pod directory, set by the supervisor for its workers.
 POD_DIR_ENV = "KESTREL_POD_DIR"
+
+
+def store_lock(root: Path) -> Callable[[], contextlib.AbstractContextManager[None]]:
+    """The lock the workers of the pod at ``root`` take around each store mutation: writes
+    through different workers then never lose one another (service/store.py)."""
+    return functools.partial(locked, root / "locks" / "store")
 
 
 def prepare(root: Path, workers: int) -> None:
@@ -71,9 +78,10 @@ class PodWorker:
 
     @contextlib.asynccontextmanager
     async def exclusive(self, name: str) -> AsyncIterator[None]:
-        """Hold the pod-wide lock ``name`` (one worker at a time in the block)."""
+        """Hold the pod-wide lock ``name`` (one worker at a time in the block), waiting for it
+        off the event loop."""
         loop = asyncio.get_running_loop()
-        with (self.root / "locks" / name).open("wb") as lock:
+        with (self.root / "locks" / name).open("ab") as lock:
             await loop.run_in_executor(None, fcntl.flock, lock, fcntl.LOCK_EX)
             yield
 

@@ -24,10 +24,10 @@ from service.admission import ScoringLoad
 # Field offsets within a slot.
 PID, IN_FLIGHT, WRITTEN, APPLIED = range(4)
 FIELDS = 4
-#: Generation of a worker that has not applied any manifest yet.
+#: No generation (a worker that wrote none; a pod where no worker serves yet).
 NONE = -1
-#: The "applied" of a worker replacing a dead one while it recovers: it takes no connection
-#: before it has caught up (service/app.py), so no write waits for it.
+#: The "applied" of a worker while it recovers: it takes no connection before it has caught up
+#: (service/pod_sync.py), so no write waits for it.
 JOINING = -2
 
 
@@ -55,9 +55,7 @@ class Board:
             base = free * FIELDS
             self._cells[base + IN_FLIGHT] = 0
             self._cells[base + WRITTEN] = NONE
-            # A new worker counts as having applied nothing until it has recovered: a sibling
-            # waiting for its write to be applied everywhere waits for this one too.
-            self._cells[base + APPLIED] = NONE
+            self._cells[base + APPLIED] = JOINING
             self._cells[base + PID] = self.pid
 
     @staticmethod
@@ -102,10 +100,6 @@ class Board:
     def live_pids(self) -> list[int]:
         return [self._get(s, PID) for s in self._live_slots()]
 
-    def siblings_serving(self) -> bool:
-        """Whether another live worker has recovered already (this one joins a running pod)."""
-        return any(self._get(s, APPLIED) >= 0 for s in self._live_slots() if s != self.slot)
-
     def sweep(self) -> list[int]:
         """Free the slots of workers that died without leaving; their pids."""
         with self._locked():
@@ -132,16 +126,22 @@ class Board:
             if pid and not _alive(pid):
                 base = slot * FIELDS
                 self._cells[base + IN_FLIGHT] = 0  # its requests ended with it
-                self._cells[base + APPLIED] = NONE
+                self._cells[base + APPLIED] = JOINING
                 self._cells[base + PID] = 0
                 dead.append(pid)
         return dead
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        with self.path.open("rb") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            yield
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
+        return locked(self.path)
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``path`` (created if missing) against the other
+    processes of the pod; blocks until it is free."""
+    with path.open("ab") as file:
+        fcntl.flock(file, fcntl.LOCK_EX)
+        yield
 
 
 def _alive(pid: int) -> bool:

@@ -13,8 +13,8 @@ The workers of ``kestrel serve --workers N`` are replicas of one store (service/
 A management request that changed the store (a registration, promotion, rollback, alias,
 traffic split, shadow, delete) is answered only once every live worker has applied the
 generation its worker wrote (:class:`SettleWrites`), and a version's description says READY
-only once every worker serves it (:func:`pod_state`). A worker that joins a running pod (a
-restart after a crash) takes no connection before it has recovered (service/app.py).
+only once every worker serves it (:func:`describe`). A worker takes no connection before it
+has recovered and caught up (:meth:`PodSync.join`, awaited by the application's lifespan).
 """
 
 from __future__ import annotations
@@ -58,9 +58,10 @@ class PodSync:
             await self.step()
             await asyncio.sleep(TICK_S)
 
-    async def join_running(self) -> None:
-        """Return once this worker, replacing a dead one, serves what its siblings serve:
-        recovered, and synced with every generation announced."""
+    async def join(self) -> None:
+        """Return once this worker serves what the store holds: recovered, and synced with
+        every generation a sibling announced. Until then it takes no connection (the port is
+        its siblings') and no write waits for it."""
         self.board.set_applied(JOINING)
         await self.manager.recovered.wait()
         while True:

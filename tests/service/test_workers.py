@@ -23,6 +23,7 @@ import skops.io as sio
 from prometheus_client.parser import text_string_to_metric_families
 from sklearn.linear_model import LinearRegression
 
+from service.versions import Phase
 from tests.deploy.prometheus_server import PrometheusServer
 from tests.service.live import LiveServer
 
@@ -36,8 +37,13 @@ PREDICT_ROUTE = "/models/{name}/predict"
 
 
 def start_pod(workdir: Path, **env: str) -> LiveServer:
-    server = LiveServer(workdir, KESTREL_WORKERS="2", **env)
-    return server.start(timeout=180)
+    """Two workers, both answering (/readyz answers once the first one does)."""
+    server = LiveServer(workdir, KESTREL_WORKERS="2", **env).start(timeout=180)
+    deadline = time.monotonic() + 180
+    while len({pid for _, pid in on_new_connections(server, lambda c: None, 16)}) < 2:
+        assert time.monotonic() < deadline, server.logs()
+        time.sleep(0.5)
+    return server
 
 
 def worker_of(client: httpx.Client) -> int:
@@ -114,19 +120,51 @@ def test_a_registered_model_scores_through_every_worker(pod: LiveServer) -> None
         )
         assert accepted.status_code == 202, accepted.text
         location = accepted.headers["Location"]
-        phases = set()
+        seen = []
         while (doc := client.get(location).json())["state"] == "LOADING":
-            phases.add(doc["progress"]["phase"])
+            seen.append(doc["progress"]["phase"])
             time.sleep(0.02)
         assert doc["state"] == "READY", doc
+        # "replicating" (this worker serves it, the other loads it) comes last, if caught.
+        order = [p.value for p in Phase]
+        assert [order.index(p) for p in seen] == sorted(order.index(p) for p in seen)
     answered = on_new_connections(pod, lambda c: score(c, "m", rows), 24)
     for response, _ in answered:
         scores_as("b", response, rows)
     assert len({pid for _, pid in answered}) == 2
 
 
+def test_registrations_through_both_workers_at_once_keep_every_version(pod: LiveServer) -> None:
+    # Six uploads at once over new connections: each worker writes the store under the pod's
+    # lock, so none loses another's version number or manifest entry.
+    def upload(name: str) -> Callable[[httpx.Client], tuple[int, str]]:
+        def call(client: httpx.Client) -> tuple[int, str]:
+            response = client.post(
+                "/models",
+                params={"wait": "true"},
+                data={"name": name, "options": OPTIONS},
+                files={"file": ("m.skops", sio.dumps(MODELS["a"]))},
+                headers=pod.admin,
+            )
+            return response.status_code, response.json().get("version", response.text)
+
+        return call
+
+    with ThreadPoolExecutor(6) as pool:
+        done = list(
+            pool.map(lambda name: on_new_connections(pod, upload(name), 1)[0], ["c", "d"] * 3)
+        )
+    assert len({pid for _, pid in done}) == 2, done
+    assert all(status == 201 for (status, _), _ in done), done
+    for name in ("c", "d"):
+        described = pod.client.get(f"/models/{name}", headers=pod.admin).json()
+        assert {v["version"] for v in described["versions"]} == {"1", "2", "3"}, described
+    for response, _ in on_new_connections(pod, lambda c: score(c, "d", X[:2]), 8):
+        scores_as("a", response, X[:2])
+
+
 def test_a_scrape_reports_the_pod_totals(pod: LiveServer, tmp_path: Path) -> None:
-    if not pod.client.get("/models/m").is_success:
+    if not pod.client.get("/models/m", headers=pod.admin).is_success:
         assert pod.register("m", sio.dumps(MODELS["a"]), options=OPTIONS).status_code == 201
     labels = {"model": "m", "route": PREDICT_ROUTE, "status": "200"}
     before = pod_metric(pod.client.get("/metrics").text, "kestrel_requests_total", **labels)
@@ -156,8 +194,9 @@ def test_a_scrape_reports_the_pod_totals(pod: LiveServer, tmp_path: Path) -> Non
         prometheus.wait(counted, 30, f"{query} == {before + sent}")
         # Series that count the pod once, not once per worker.
         assert float(prometheus.query("kestrel_workers")[0]["value"][1]) == 2
+        models = pod.client.get("/models", headers=pod.admin).json()["models"]
         ready = prometheus.query('kestrel_models{state="READY"}')
-        assert float(ready[0]["value"][1]) == 1  # one model, its current version
+        assert float(ready[0]["value"][1]) == len(models)  # each model's current version
         limit = prometheus.query("kestrel_scoring_in_flight_limit")
         assert float(limit[0]["value"][1]) == 2048
     finally:
@@ -169,7 +208,7 @@ def test_a_scrape_reports_the_pod_totals(pod: LiveServer, tmp_path: Path) -> Non
 
 
 def test_a_killed_worker_is_replaced_and_serves_what_the_pod_serves(pod: LiveServer) -> None:
-    if not pod.client.get("/models/m").is_success:
+    if not pod.client.get("/models/m", headers=pod.admin).is_success:
         assert pod.register("m", sio.dumps(MODELS["a"]), options=OPTIONS).status_code == 201
     before = {pid for _, pid in on_new_connections(pod, lambda c: None, 16)}
     victim = min(before)
