@@ -235,7 +235,7 @@ def _add_health_routes(app: FastAPI, parts: Components) -> None:
     async def prometheus() -> Response:
         if parts.pod is None:
             body = generate_latest(parts.metrics.registry)
-        else:  # the whole pod's, read from the workers' files (service/pod_metrics.py)
+        else:  # the whole pod's, from every worker's snapshot (service/pod_metrics.py)
             parts.pod.metrics.publish()
             loop = asyncio.get_running_loop()
             body = await loop.run_in_executor(None, parts.pod.metrics.scrape)

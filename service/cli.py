@@ -60,7 +60,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         from service.preload import Preloader, PreloadError
 
         try:  # here, not in each worker: a wrong path stops `serve` before any worker starts
-            Preloader.resolve(settings.preload, settings.preload_name)
+            Preloader.resolve(
+                settings.preload, settings.preload_name, allow_pickle=settings.allow_pickle
+            )
         except PreloadError as exc:
             print(f"cannot preload a model: {exc}", file=sys.stderr)
             return 2

@@ -45,7 +45,7 @@ class Components:
             os.environ.setdefault("NUMBA_CACHE_DIR", str(settings.cache_dir / "numba"))
         # Claimed first: a sibling's write is waited for by this worker from now on.
         board = Board(pod_dir / "board") if pod_dir is not None else None
-        metrics = Metrics(registry, multiprocess=board is not None)
+        metrics = Metrics(registry)
         cache = lz.ExecutableCache(disk_dir=settings.cache_dir)
         metrics.add_cache_collector(cache)
         store = ModelStore(

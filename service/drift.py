@@ -121,7 +121,7 @@ class DriftMonitor:
             capacity=QUEUE,
             cpu=settings.drift_cpu,
         )
-        metrics.live.register(_DriftCollector(self))
+        metrics.registry.register(_DriftCollector(self))
 
     def offer(self, mv: ModelVersion, data: Any, answer: Mapping[str, Any], rows: int) -> None:
         """Maybe sample one scored request (its share), for the worker to count."""

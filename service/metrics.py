@@ -69,16 +69,9 @@ REJECTION_REASONS = (
 class Metrics:
     """The service's metric families, created on ``registry`` (tests pass a fresh one)."""
 
-    def __init__(
-        self, registry: CollectorRegistry | None = None, *, multiprocess: bool = False
-    ) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
-        # What is read at scrape (gauges, collectors): on ``registry`` itself, except in a worker
-        # of ``kestrel serve --workers``, where counters and histograms go through
-        # prometheus_client's multiprocess files and these through service/pod_metrics.py.
-        self.live = CollectorRegistry() if multiprocess else r
-        live = self.live
         self.requests = Counter(
             "kestrel_requests",
             "HTTP requests by model, the version that answered, route template and status code.",
@@ -152,12 +145,12 @@ class Metrics:
             "kestrel_in_flight_requests",
             "Requests being handled, by kind of route (scoring, management, health, other).",
             ("kind",),
-            registry=live,
+            registry=r,
         )
         self.in_flight_limit = Gauge(
             "kestrel_scoring_in_flight_limit",
             "Scoring requests in progress at once before 429 overloaded (a bound on memory).",
-            registry=live,
+            registry=r,
         )
         self.rejections = Counter(
             "kestrel_rejections",
@@ -198,7 +191,7 @@ class Metrics:
             "kestrel_model_info",
             "1 for every live model version, with its state.",
             ("model", "version", "state", "format"),
-            registry=live,
+            registry=r,
         )
         # Shadow traffic (service/shadow.py): per (model, serving version, shadow version).
         self.shadow_requests = Counter(
@@ -304,7 +297,7 @@ class Metrics:
         )
         # A caller passing prometheus_client's default registry already has this collector.
         with contextlib.suppress(ValueError):
-            ProcessCollector(registry=live)
+            ProcessCollector(registry=r)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._request_children: dict[tuple[str, str, str, int], tuple[Any, Any]] = {}
         self._in_flight_counts: dict[str, InFlightCount] = {}
@@ -352,17 +345,17 @@ class Metrics:
 
     def add_cache_collector(self, cache: lz.ExecutableCache) -> None:
         """Export the executable cache's plain-data stats (compiles by cause, hits, seconds)."""
-        self.live.register(_CacheCollector(lambda: cache.stats.snapshot()))
+        self.registry.register(_CacheCollector(lambda: cache.stats.snapshot()))
 
     def add_queue_collector(self, queued: Callable[[], Iterable[tuple[str, int]]]) -> None:
         """``kestrel_queue_rows{model}``: rows waiting in each model's batcher, read at scrape."""
-        self.live.register(_QueueCollector(queued))
+        self.registry.register(_QueueCollector(queued))
 
     def add_model_state_collector(
         self, states: Callable[[], Iterable[str]], known: Iterable[str]
     ) -> None:
         """``kestrel_models{state}``: how many model versions are in each state, now."""
-        self.live.register(_StateCollector(states, tuple(known)))
+        self.registry.register(_StateCollector(states, tuple(known)))
 
 
 class ServedVersion:

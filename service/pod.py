@@ -6,8 +6,7 @@ The supervisor (service/supervisor.py) makes one pod directory per run, exports 
 
 - ``board``: a slot per worker (service/pod_board.py): the pod-wide scoring in-flight count and
   the store generations each worker wrote and applied (service/pod_sync.py);
-- ``metrics/``: prometheus_client's multiprocess files, ``live/``: the workers' snapshots of
-  their read-at-scrape series (service/pod_metrics.py);
+- ``snapshots/``: each worker's metrics, combined by a scrape (service/pod_metrics.py);
 - ``locks/``: start-up work done by one worker at a time (registering a preloaded or demo model).
 
 Every worker is a replica of the same store and shares the executable cache's disk layer: the
@@ -21,7 +20,6 @@ import contextlib
 import fcntl
 import functools
 import os
-import warnings
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +48,7 @@ def store_lock(root: Path) -> Callable[[], contextlib.AbstractContextManager[Non
 
 def prepare(root: Path, workers: int) -> None:
     """Lay out an empty pod directory for ``workers`` workers (the supervisor, once)."""
-    for sub in ("metrics", "live", "locks"):
+    for sub in ("snapshots", "locks"):
         (root / sub).mkdir()
     # Room beyond N: a replacement worker may start before its dead predecessor is reaped,
     # and uvicorn adds a worker on SIGTTIN.
@@ -86,7 +84,7 @@ class PodWorker:
             yield
 
     def leave(self) -> None:
-        """A clean exit: a last snapshot (its counters stay in the pod's totals), the slot
+        """A clean exit: a last snapshot (its counts stay in the pod's totals), the slot
         freed."""
         with contextlib.suppress(OSError):
             self.metrics.publish()
@@ -104,9 +102,6 @@ def create_worker_app() -> FastAPI:
     from service.app import create_app
     from service.settings import Settings
 
-    # The gauges' series are removed for the process itself, which is all that is read of them
-    # (service/pod_metrics.py); prometheus_client warns that its files keep them.
-    warnings.filterwarnings("ignore", "Removal of labels has not been implemented", UserWarning)
     settings = Settings()
     logs.configure(settings.log_level, settings.log_format)
     app = create_app(settings, pod_dir=Path(os.environ[POD_DIR_ENV]))

@@ -45,9 +45,8 @@ class Board:
             self._map = mmap.mmap(file.fileno(), 0)
         self._cells = memoryview(self._map).cast("q")
         self.slots = len(self._cells) // FIELDS
-        self.swept: list[int] = []  # pids of dead workers whose slots the claim freed
         with self._locked():
-            self.swept = self._sweep()
+            self._sweep()
             free = next((s for s in range(self.slots) if self._get(s, PID) == 0), None)
             if free is None:
                 raise BoardFullError(f"all {self.slots} worker slots of {path} are taken")

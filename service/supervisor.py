@@ -43,11 +43,9 @@ def serve_workers(settings: Settings, workers: int, environment: Mapping[str, st
     root = Path(tempfile.mkdtemp(prefix="kestrel-pod-"))
     try:
         pod.prepare(root, workers)
-        # Read by the workers at start: prometheus_client picks its multiprocess mode when it is
-        # imported, so the directory must be in the environment before a worker starts.
+        # The workers inherit this environment: their settings, and where their pod lives.
         os.environ.update(environment)
         os.environ[pod.POD_DIR_ENV] = str(root)
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(root / "metrics")
         config = uvicorn.Config(
             "service.pod:create_worker_app",
             factory=True,

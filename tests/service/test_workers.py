@@ -229,7 +229,8 @@ def test_a_killed_worker_is_replaced_and_serves_what_the_pod_serves(pod: LiveSer
     text = pod.client.get("/metrics").text
     assert pod_metric(text, "kestrel_worker_starts_total") == 3
     assert pod_metric(text, "kestrel_workers") == 2
-    assert f"Child process [{victim}] died" in pod.logs()
+    log = pod.log_path.read_text()
+    assert f"Child process [{victim}] died" in log and "Traceback" not in log
 
 
 @pytest.fixture(scope="module")
@@ -258,8 +259,15 @@ def test_the_in_flight_cap_is_the_pods(slow_pod: LiveServer) -> None:
     statuses = sorted(status for status, _ in answered)
     assert statuses.count(429) >= 3 and 4 <= statuses.count(200) <= 5, answered
     assert len({pid for _, pid in answered}) == 2, answered
-    text = slow_pod.client.get("/metrics").text
-    assert pod_metric(text, "kestrel_rejections_total", reason="overloaded") == statuses.count(429)
+    # Counted in whichever worker refused them; a sibling's counts reach a scrape within 1 s.
+    deadline = time.monotonic() + 10
+    while (
+        refused := pod_metric(
+            slow_pod.client.get("/metrics").text, "kestrel_rejections_total", reason="overloaded"
+        )
+    ) < statuses.count(429) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert refused == statuses.count(429)
 
 
 def _status_and_worker(server: LiveServer, together: threading.Barrier) -> tuple[int, int]:
@@ -287,3 +295,4 @@ def test_sigterm_drains_every_worker_and_exits_0(slow_pod: LiveServer) -> None:
     for pid in workers:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+    assert "Traceback" not in slow_pod.log_path.read_text()
