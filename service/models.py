@@ -77,6 +77,7 @@ class ModelManager(Versions):
         self.drift = DriftMonitor(settings, metrics)
         self.capture = Capture(settings, store, metrics)
         self._generation = -1  # the manifest generation sync() last applied
+        self._synced = -1  # the same, once that sync's loads and drops were over
         # The newest generation this process wrote (commit, delete): a manifest read older than
         # that predates our own write, and applying it would undo it (e.g. bring back the version
         # a local registration just replaced), so sync() skips it.
@@ -101,8 +102,9 @@ class ModelManager(Versions):
 
     @property
     def synced_generation(self) -> int:
-        """The manifest generation the last sync applied (-1: none yet)."""
-        return self._generation
+        """The manifest generation the last completed sync applied, its loads over (-1: none
+        yet)."""
+        return self._synced
 
     # -- scoring -------------------------------------------------------------------------------
     async def predict(
@@ -663,6 +665,7 @@ class ModelManager(Versions):
             if changed:
                 await self._drop_deleted(manifest)
                 await self._retire_unnamed()
+            self._synced = manifest.generation
 
     def _serves_beside(self, mv: ModelVersion) -> bool:
         """Whether stored ``mv`` is READY but not current (an alias names it)."""

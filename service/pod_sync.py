@@ -33,6 +33,8 @@ log = logging.getLogger("kestrel.pod")
 
 #: How often a worker looks at the board: the latency a write adds to its answer, twice over.
 TICK_S = 0.02
+#: After a failed sync, the wait before the next.
+SYNC_RETRY_S = 1.0
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -50,13 +52,18 @@ class PodSync:
         self.board = board
         self.manager = manager
         self.settle_timeout_s = settle_timeout_s
+        self._syncing: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
         """The worker's loop (a task of the application's lifespan)."""
         await self.manager.recovered.wait()
-        while True:
-            await self.step()
-            await asyncio.sleep(TICK_S)
+        try:
+            while True:
+                self.step()
+                await asyncio.sleep(TICK_S)
+        finally:
+            if self._syncing is not None:
+                self._syncing.cancel()
 
     async def join(self) -> None:
         """Return once this worker serves what the store holds: recovered, and synced with
@@ -65,23 +72,29 @@ class PodSync:
         self.board.set_applied(JOINING)
         await self.manager.recovered.wait()
         while True:
-            await self.step()
+            self.step()
             if self.manager.synced_generation >= self.board.newest_written():
                 return
             await asyncio.sleep(TICK_S)
 
-    async def step(self) -> None:
+    def step(self) -> None:
+        """Announce what this worker wrote, record what it applied, and start a sync when a
+        sibling announced something newer. The sync runs apart (one at a time), so a long load
+        never holds back the announcement of this worker's own writes."""
         board, manager = self.board, self.manager
-        written = manager.written_generation
-        if written > board.written():
-            board.set_written(written)
-        if board.newest_written() > manager.synced_generation:
-            try:
-                await manager.sync()
-            except Exception:  # a store hiccup: the next tick tries again
-                log.exception("syncing with a sibling worker's store change failed")
-                return
-        board.set_applied(manager.synced_generation)
+        if manager.written_generation > board.written():
+            board.set_written(manager.written_generation)
+        board.set_applied(manager.synced_generation)  # completed syncs only: loads are over
+        behind = board.newest_written() > manager.synced_generation
+        if behind and (self._syncing is None or self._syncing.done()):
+            self._syncing = asyncio.create_task(self._sync())
+
+    async def _sync(self) -> None:
+        try:
+            await self.manager.sync()
+        except Exception:  # a store hiccup: try again a little later
+            log.exception("syncing with a sibling worker's store change failed")
+            await asyncio.sleep(SYNC_RETRY_S)
 
     def settled(self, generation: int) -> bool:
         """Whether every live worker has applied ``generation``."""
