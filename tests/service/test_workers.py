@@ -36,9 +36,9 @@ OPTIONS = '{"max_batch": 8}'
 PREDICT_ROUTE = "/models/{name}/predict"
 
 
-def start_pod(workdir: Path, **env: str) -> LiveServer:
+def start_pod(workdir: Path, *, grpc: bool = False, **env: str) -> LiveServer:
     """Two workers, both answering (/readyz answers once the first one does)."""
-    server = LiveServer(workdir, KESTREL_WORKERS="2", **env).start(timeout=180)
+    server = LiveServer(workdir, grpc=grpc, KESTREL_WORKERS="2", **env).start(timeout=180)
     deadline = time.monotonic() + 180
     while len({pid for _, pid in on_new_connections(server, lambda c: None, 16)}) < 2:
         assert time.monotonic() < deadline, server.logs()
@@ -85,7 +85,8 @@ def pod_metric(text: str, name: str, **labels: str) -> float:
 
 @pytest.fixture(scope="module")
 def pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    server = start_pod(tmp_path_factory.mktemp("pod"))
+    # gRPC on: every worker binds its port too (a worker that cannot would stop the pod).
+    server = start_pod(tmp_path_factory.mktemp("pod"), grpc=True)
     try:
         yield server
     finally:
@@ -132,6 +133,21 @@ def test_a_registered_model_scores_through_every_worker(pod: LiveServer) -> None
     for response, _ in answered:
         scores_as("b", response, rows)
     assert len({pid for _, pid in answered}) == 2
+
+
+def test_grpc_scores_through_the_pod(pod: LiveServer) -> None:
+    import tritonclient.grpc as tgrpc
+
+    assert pod.register("g", sio.dumps(MODELS["a"]), options=OPTIONS).status_code == 201
+    assert pod.grpc_address is not None
+    for _ in range(8):  # new channels: the kernel spreads them over the workers' sockets
+        with tgrpc.InferenceServerClient(pod.grpc_address) as client:
+            rows = tgrpc.InferInput("input", list(X[:4].shape), "FP32")
+            rows.set_data_from_numpy(X[:4])
+            answer = client.infer("g", [rows]).as_numpy("predict")
+            np.testing.assert_allclose(
+                np.ravel(answer), MODELS["a"].predict(X[:4]), rtol=1e-4, atol=1e-4
+            )
 
 
 def test_registrations_through_both_workers_at_once_keep_every_version(pod: LiveServer) -> None:
