@@ -12,7 +12,7 @@ is checked against the estimator's own ``predict_proba``.
 Usage::
 
     python bench/workers.py [--workers 1,2] [--model lr] [--concurrency 64] [--duration 10]
-                            [--rounds 3] [--no-hello] [--out results.json]
+                            [--rounds 3] [--warmup 3] [--no-hello] [--out results.json]
 """
 
 from __future__ import annotations
@@ -112,11 +112,14 @@ def measure(
     concurrency: int,
     duration_s: float,
     rounds: int,
+    warmup_s: float,
     workdir: Path,
 ) -> list[Cell]:
     wrk = require_wrk()
     for target, _ in started.values():  # warm: caches, connection paths, every worker
-        run_wrk(wrk, target, connections=concurrency, duration_s=3, cpu=None, workdir=workdir)
+        run_wrk(
+            wrk, target, connections=concurrency, duration_s=warmup_s, cpu=None, workdir=workdir
+        )
     runs: dict[str, list[tuple[float, object, float]]] = {name: [] for name in started}
     for r in range(rounds):
         for name, (target, pid) in started.items():
@@ -184,6 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=64, help="open connections")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=float, default=3.0, help="seconds per server, first")
     parser.add_argument("--no-hello", action="store_true", help="no hello-world reference")
     parser.add_argument("--out", type=Path, default=None, help="write the cells as JSON")
     args = parser.parse_args(argv)
@@ -196,6 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     concurrency=args.concurrency,
                     duration_s=args.duration,
                     rounds=args.rounds,
+                    warmup_s=args.warmup,
                     workdir=workdir,
                 )
         except BenchError as exc:

@@ -7,6 +7,7 @@ accepted it, and a new connection may go to either.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -37,13 +38,15 @@ PREDICT_ROUTE = "/models/{name}/predict"
 
 
 def start_pod(workdir: Path, *, grpc: bool = False, **env: str) -> LiveServer:
-    """Two workers, both answering (/readyz answers once the first one does)."""
+    """Two workers, both ready (LiveServer.start returns once one of them is)."""
     server = LiveServer(workdir, grpc=grpc, KESTREL_WORKERS="2", **env).start(timeout=180)
     deadline = time.monotonic() + 180
-    while len({pid for _, pid in on_new_connections(server, lambda c: None, 16)}) < 2:
+    while True:
+        answered = on_new_connections(server, lambda c: c.get("/readyz").status_code, 16)
+        if len({pid for status, pid in answered if status == 200}) == 2:
+            return server
         assert time.monotonic() < deadline, server.logs()
         time.sleep(0.5)
-    return server
 
 
 def worker_of(client: httpx.Client) -> int:
@@ -74,6 +77,27 @@ def on_new_connections(server: LiveServer, call: Callable[[httpx.Client], Any], 
         return list(pool.map(one, range(n)))
 
 
+@contextlib.contextmanager
+def each_worker(server: LiveServer, n: int = 1) -> Iterator[list[tuple[int, httpx.Client]]]:
+    """``n`` open connections to each of the two workers, with the worker's pid (the kernel
+    picks the worker of a new connection: new ones are opened until each has ``n``)."""
+    by_worker: dict[int, list[httpx.Client]] = {}
+    try:
+        for _ in range(200):
+            client = httpx.Client(base_url=server.url, timeout=120)
+            mine = by_worker.setdefault(worker_of(client), [])
+            (mine.append if len(mine) < n else lambda c: c.close())(client)
+            if len(by_worker) == 2 and all(len(c) == n for c in by_worker.values()):
+                break
+        else:
+            raise AssertionError(f"not {n} connections to each of 2 workers in 200: {by_worker}")
+        yield [(pid, c) for pid, clients in by_worker.items() for c in clients]
+    finally:
+        for clients in by_worker.values():
+            for c in clients:
+                c.close()
+
+
 def pod_metric(text: str, name: str, **labels: str) -> float:
     return sum(
         s.value
@@ -94,25 +118,26 @@ def pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
 
 
 def test_both_workers_answer_on_one_port(pod: LiveServer) -> None:
-    answered = on_new_connections(pod, lambda c: c.get("/readyz").status_code, 32)
-    assert {status for status, _ in answered} == {200}
-    workers = {pid for _, pid in answered}
-    assert len(workers) == 2 and pod.proc is not None and pod.proc.pid not in workers
+    with each_worker(pod) as workers:
+        assert [c.get("/readyz").status_code for _, c in workers] == [200, 200]
+        assert pod.proc is not None and pod.proc.pid not in {pid for pid, _ in workers}
 
 
 def test_a_registered_model_scores_through_every_worker(pod: LiveServer) -> None:
-    # wait=true: answered once every worker serves it, so no new connection is told 404.
-    created = pod.register("m", sio.dumps(MODELS["a"]), options=OPTIONS)
-    assert created.status_code == 201, created.text
     rows = X[:5]
-    answered = on_new_connections(pod, lambda c: score(c, "m", rows), 24)
-    for response, _ in answered:
-        scores_as("a", response, rows)
-    assert len({pid for _, pid in answered}) == 2
+    with each_worker(pod) as workers:
+        # wait=true: answered once every worker serves it, so the other one is not asked too soon.
+        created = pod.register("m", sio.dumps(MODELS["a"]), options=OPTIONS)
+        assert created.status_code == 201, created.text
+        for _, client in workers:
+            scores_as("a", score(client, "m", rows), rows)
 
     # Registered without waiting and followed on the upload's connection (as `kestrel register`
     # does): READY is reported once the other worker serves the new version too.
-    with httpx.Client(base_url=pod.url, timeout=60, headers=pod.admin) as client:
+    with (
+        each_worker(pod) as workers,
+        httpx.Client(base_url=pod.url, timeout=60, headers=pod.admin) as client,
+    ):
         accepted = client.post(
             "/models",
             params={"wait": "false"},
@@ -129,10 +154,8 @@ def test_a_registered_model_scores_through_every_worker(pod: LiveServer) -> None
         # "replicating" (this worker serves it, the other loads it) comes last, if caught.
         order = [p.value for p in Phase]
         assert [order.index(p) for p in seen] == sorted(order.index(p) for p in seen)
-    answered = on_new_connections(pod, lambda c: score(c, "m", rows), 24)
-    for response, _ in answered:
-        scores_as("b", response, rows)
-    assert len({pid for _, pid in answered}) == 2
+        for _, other in workers:
+            scores_as("b", score(other, "m", rows), rows)
 
 
 def test_grpc_scores_through_the_pod(pod: LiveServer) -> None:
@@ -151,27 +174,22 @@ def test_grpc_scores_through_the_pod(pod: LiveServer) -> None:
 
 
 def test_registrations_through_both_workers_at_once_keep_every_version(pod: LiveServer) -> None:
-    # Six uploads at once over new connections: each worker writes the store under the pod's
-    # lock, so none loses another's version number or manifest entry.
-    def upload(name: str) -> Callable[[httpx.Client], tuple[int, str]]:
-        def call(client: httpx.Client) -> tuple[int, str]:
-            response = client.post(
-                "/models",
-                params={"wait": "true"},
-                data={"name": name, "options": OPTIONS},
-                files={"file": ("m.skops", sio.dumps(MODELS["a"]))},
-                headers=pod.admin,
-            )
-            return response.status_code, response.json().get("version", response.text)
-
-        return call
-
-    with ThreadPoolExecutor(6) as pool:
-        done = list(
-            pool.map(lambda name: on_new_connections(pod, upload(name), 1)[0], ["c", "d"] * 3)
+    # Six uploads at once, three through each worker, each name through both: the workers
+    # write the store under the pod's lock, so none loses another's version or manifest entry.
+    def upload(job: tuple[httpx.Client, str]) -> int:
+        client, name = job
+        response = client.post(
+            "/models",
+            params={"wait": "true"},
+            data={"name": name, "options": OPTIONS},
+            files={"file": ("m.skops", sio.dumps(MODELS["a"]))},
+            headers=pod.admin,
         )
-    assert len({pid for _, pid in done}) == 2, done
-    assert all(status == 201 for (status, _), _ in done), done
+        return response.status_code
+
+    with each_worker(pod, 3) as workers, ThreadPoolExecutor(6) as pool:
+        uploads = zip([client for _, client in workers], "cdcdcd", strict=True)
+        assert list(pool.map(upload, uploads)) == [201] * 6
     for name in ("c", "d"):
         described = pod.client.get(f"/models/{name}", headers=pod.admin).json()
         assert {v["version"] for v in described["versions"]} == {"1", "2", "3"}, described
@@ -185,9 +203,9 @@ def test_a_scrape_reports_the_pod_totals(pod: LiveServer, tmp_path: Path) -> Non
     labels = {"model": "m", "route": PREDICT_ROUTE, "status": "200"}
     before = pod_metric(pod.client.get("/metrics").text, "kestrel_requests_total", **labels)
     sent = 40
-    answered = on_new_connections(pod, lambda c: score(c, "m", X[:2]).status_code, sent)
-    assert {status for status, _ in answered} == {200}
-    assert len({pid for _, pid in answered}) == 2
+    with each_worker(pod, 2) as workers:  # 10 requests on each of 4 connections, 2 per worker
+        for _, client in workers:
+            assert [score(client, "m", X[:2]).status_code for _ in range(10)] == [200] * 10
 
     prometheus = PrometheusServer(
         tmp_path,
@@ -226,22 +244,21 @@ def test_a_scrape_reports_the_pod_totals(pod: LiveServer, tmp_path: Path) -> Non
 def test_a_killed_worker_is_replaced_and_serves_what_the_pod_serves(pod: LiveServer) -> None:
     if not pod.client.get("/models/m", headers=pod.admin).is_success:
         assert pod.register("m", sio.dumps(MODELS["a"]), options=OPTIONS).status_code == 201
-    before = {pid for _, pid in on_new_connections(pod, lambda c: None, 16)}
-    victim = min(before)
+    with each_worker(pod) as workers:
+        victim = workers[0][0]
     os.kill(victim, signal.SIGKILL)
-
-    def replaced() -> set[int]:
-        pids = {pid for _, pid in on_new_connections(pod, lambda c: None, 16)}
-        return pids if len(pids) == 2 and victim not in pids else set()
-
     deadline = time.monotonic() + 90
-    while not (now := replaced()):
-        assert time.monotonic() < deadline, pod.logs()
+    while True:
+        try:
+            with each_worker(pod) as workers:
+                if victim not in {pid for pid, _ in workers}:
+                    # The replacement took connections only once it served the model.
+                    for _, client in workers:
+                        assert score(client, "m", X[:3]).status_code == 200
+                    break
+        except AssertionError:  # one worker only, so far
+            assert time.monotonic() < deadline, pod.logs()
         time.sleep(0.5)
-    # The replacement took connections only once it served the model.
-    answered = on_new_connections(pod, lambda c: score(c, "m", X[:3]).status_code, 24)
-    assert {status for status, _ in answered} == {200}
-    assert {pid for _, pid in answered} == now
     text = pod.client.get("/metrics").text
     assert pod_metric(text, "kestrel_worker_starts_total") == 3
     assert pod_metric(text, "kestrel_workers") == 2
@@ -267,14 +284,17 @@ def slow_pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
 
 
 def test_the_in_flight_cap_is_the_pods(slow_pod: LiveServer) -> None:
-    # 8 at once over new connections, spread over both workers: a cap per worker would admit
-    # them all; the pod's admits 4 (one more per other worker, read at the same instant).
+    # 8 at once, 4 through each worker: a cap per worker would admit them all; the pod's admits
+    # 4 (one more per other worker, read at the same instant).
     together = threading.Barrier(8)
-    with ThreadPoolExecutor(8) as pool:
-        answered = list(pool.map(lambda _: _status_and_worker(slow_pod, together), range(8)))
-    statuses = sorted(status for status, _ in answered)
-    assert statuses.count(429) >= 3 and 4 <= statuses.count(200) <= 5, answered
-    assert len({pid for _, pid in answered}) == 2, answered
+
+    def burst(client: httpx.Client) -> int:
+        together.wait()
+        return score(client, "m", X[:1]).status_code
+
+    with each_worker(slow_pod, 4) as workers, ThreadPoolExecutor(8) as pool:
+        statuses = list(pool.map(burst, [client for _, client in workers]))
+    assert statuses.count(429) >= 3 and 4 <= statuses.count(200) <= 5, statuses
     # Counted in whichever worker refused them; a sibling's counts reach a scrape within 1 s.
     deadline = time.monotonic() + 10
     while (
@@ -286,29 +306,37 @@ def test_the_in_flight_cap_is_the_pods(slow_pod: LiveServer) -> None:
     assert refused == statuses.count(429)
 
 
-def _status_and_worker(server: LiveServer, together: threading.Barrier) -> tuple[int, int]:
-    with httpx.Client(base_url=server.url, timeout=60) as client:
-        pid = worker_of(client)  # first: every connection is open when the burst starts
-        together.wait()
-        return score(client, "m", X[:1]).status_code, pid
-
-
 def test_sigterm_drains_every_worker_and_exits_0(slow_pod: LiveServer) -> None:
     assert slow_pod.proc is not None
-    clients = [httpx.Client(base_url=slow_pod.url, timeout=60) for _ in range(4)]
-    try:
-        workers = {worker_of(c) for c in clients}
-        with ThreadPoolExecutor(4) as pool:
-            futures = [pool.submit(score, c, "m", X[:1]) for c in clients]
-            time.sleep(0.2)  # sent, waiting for their batch
-            slow_pod.proc.send_signal(signal.SIGTERM)
-            for future in futures:
-                scores_as("a", future.result(), X[:1])
+    with each_worker(slow_pod, 2) as workers, ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(score, client, "m", X[:1]) for _, client in workers]
+        time.sleep(0.2)  # sent, each waiting for its batch to fill
+        slow_pod.proc.send_signal(signal.SIGTERM)
+        for future in futures:
+            scores_as("a", future.result(), X[:1])
         assert slow_pod.proc.wait(60) == 0
-    finally:
-        for c in clients:
-            c.close()
-    for pid in workers:
+    for pid in {pid for pid, _ in workers}:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert "Traceback" not in slow_pod.log_path.read_text()
+
+
+@pytest.mark.slow
+def test_a_preloaded_model_is_registered_once_and_served_by_every_worker(
+    tmp_path: Path,
+) -> None:
+    # KServe's layout: the model file in a directory, its name from the environment.
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    (mnt / "model.skops").write_bytes(sio.dumps(MODELS["b"]))
+    server = start_pod(
+        tmp_path, KESTREL_PRELOAD=str(mnt), KESTREL_PRELOAD_NAME="pre", KESTREL_MAX_BATCH="8"
+    )
+    try:
+        with each_worker(server) as workers:  # both ready (start_pod), and both score it
+            for _, client in workers:
+                scores_as("b", score(client, "pre", X[:3]), X[:3])
+        versions = server.client.get("/models/pre", headers=server.admin).json()["versions"]
+        assert [v["version"] for v in versions] == ["1"]  # the second worker found it stored
+    finally:
+        server.stop()
