@@ -82,9 +82,9 @@ class Settings(BaseSettings):
     max_in_flight: int | None = Field(
         2048,
         ge=1,
-        description="scoring requests in progress per process before 429, refused before their "
-        "body is read: a bound on the bodies held in memory, not a latency budget (empty: no "
-        "limit)",
+        description="scoring requests in progress in the server (all its workers together) "
+        "before 429, refused before their body is read: a bound on the bodies held in memory, "
+        "not a latency budget (empty: no limit)",
     )
     queue_delay_target_ms: float = Field(
         10.0,
