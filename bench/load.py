@@ -566,6 +566,9 @@ def server_command(
         "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false",
         # HTTP is measured: no gRPC server (nor a clash with one on its default port).
         "KESTREL_GRPC_PORT": "0",
+        # One process, pinned to one core like the servers it is compared with
+        # (bench/workers.py sets more).
+        "KESTREL_WORKERS": "1",
         **KESTREL_ENV.get(kind, {}),
     }
     return [python, "-m", "service.cli", "serve", "--port", str(port)], kestrel_env

@@ -79,6 +79,8 @@ def _env(workdir: Path) -> dict[str, str]:
         "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false",
         # HTTP is measured: no gRPC server (nor a clash with one on its default port).
         "KESTREL_GRPC_PORT": "0",
+        # One process, as these figures have always been (bench/workers.py measures more).
+        "KESTREL_WORKERS": "1",
     }
 
 

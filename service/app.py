@@ -19,8 +19,10 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 from collections.abc import AsyncIterator, Callable
 from http import HTTPStatus
+from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -37,6 +39,7 @@ from service.errors import InvalidInput, ServiceError, http_error_for
 from service.middleware import ServiceMiddleware, request_id_var
 from service.model_routes import add_model_routes
 from service.models import ModelManager
+from service.pod_sync import SettleWrites
 from service.predict_routes import add_predict_routes
 from service.settings import Settings
 from service.v2 import add_v2_routes
@@ -71,10 +74,14 @@ def error_response(err: ServiceError, path: str = "") -> Response:
 
 
 def create_app(
-    settings: Settings | None = None, registry: CollectorRegistry | None = None
+    settings: Settings | None = None,
+    registry: CollectorRegistry | None = None,
+    *,
+    pod_dir: Path | None = None,
 ) -> FastAPI:
-    """The Kestrel application for ``settings`` (environment by default)."""
-    parts = Components.build(settings or Settings(), registry)
+    """The Kestrel application for ``settings`` (environment by default); ``pod_dir``: that of
+    the pod this process is a worker of (service/pod.py)."""
+    parts = Components.build(settings or Settings(), registry, pod_dir)
     admission = _admission(parts)
     # /docs: Swagger UI with its scripts and styles served from the installed package, so it
     # renders on a machine without internet access. No /redoc: ReDoc loads its logo from a CDN.
@@ -102,6 +109,8 @@ def create_app(
     fastpath.install(app, SCORING_PATHS)
     openapi.install(app)
     app.state.admission = admission
+    if parts.pod is not None:  # inside ServiceMiddleware: the wait is part of the request
+        app.add_middleware(SettleWrites, pod=parts.pod.sync)
     app.add_middleware(ServiceMiddleware, admission=admission)
     return app
 
@@ -119,12 +128,17 @@ def _lifespan(
             servicer = InferenceServicer(
                 parts.manager, parts.settings, admission, parts.is_ready, version
             )
-            grpc_server = GrpcServer(servicer, parts.settings)
+            grpc_server = GrpcServer(servicer, parts.settings, share_port=parts.pod is not None)
             await grpc_server.start()
         prepared = parts.manager.loader.prepare_runtime()
         tasks = [asyncio.create_task(_start(parts, prepared))]
         if parts.settings.poll_interval_s > 0:
             tasks.append(asyncio.create_task(_poll(parts.manager, parts.settings.poll_interval_s)))
+        if parts.pod is not None:
+            tasks += [asyncio.create_task(loop) for loop in parts.pod.tasks()]
+            # A worker takes connections only once it serves what the store holds: the port is
+            # its siblings' meanwhile (all of them wait at the pod's start: /healthz waits too).
+            await parts.pod.sync.join()
         try:
             yield
         finally:
@@ -133,6 +147,8 @@ def _lifespan(
             if grpc_server is not None:  # its calls end before the batchers close
                 await grpc_server.stop()
             await parts.manager.close()
+            if parts.pod is not None:
+                parts.pod.leave()
 
     return lifespan
 
@@ -188,6 +204,8 @@ def _add_health_routes(app: FastAPI, parts: Components) -> None:
 
     @app.get("/healthz", tags=["health"], summary="Liveness", responses=openapi.ok(openapi.Health))
     async def healthz() -> Response:
+        if parts.pod is not None:  # which worker answered, for an operator (and the tests)
+            return json_response({"status": "ok", "worker": os.getpid()})
         return json_response({"status": "ok"})
 
     @app.get(
@@ -215,7 +233,13 @@ def _add_health_routes(app: FastAPI, parts: Components) -> None:
         response_class=PlainTextResponse,
     )
     async def prometheus() -> Response:
-        return Response(generate_latest(parts.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        if parts.pod is None:
+            body = generate_latest(parts.metrics.registry)
+        else:  # the whole pod's, from every worker's snapshot (service/pod_metrics.py)
+            parts.pod.metrics.publish()
+            loop = asyncio.get_running_loop()
+            body = await loop.run_in_executor(None, parts.pod.metrics.scrape)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
 def _admission(parts: Components) -> Admission:
@@ -252,12 +276,19 @@ async def _start(parts: Components, prepared: asyncio.Future[None]) -> None:
         # shares the core with the kernel build (prepare_logged never raises).
         await prepared
         runtime.start_building_kernels()
-    if parts.preloader is not None:  # after recovery: a store already serving the file is reused
-        await parts.preloader.run(parts.manager, parts.settings.register_wait_s)
-    if parts.settings.demo_model:
-        from service.demo_model import register_demo
+    if parts.preloader is None and not parts.settings.demo_model:
+        return
+    async with contextlib.AsyncExitStack() as stack:
+        if parts.pod is not None:
+            # One worker at a time registers, the next ones find the store serving it.
+            await stack.enter_async_context(parts.pod.exclusive("start-up"))
+            await parts.manager.sync()
+        if parts.preloader is not None:  # after recovery: a store serving the file is reused
+            await parts.preloader.run(parts.manager, parts.settings.register_wait_s)
+        if parts.settings.demo_model:
+            from service.demo_model import register_demo
 
-        await register_demo(parts.manager)
+            await register_demo(parts.manager)
 
 
 async def _poll(manager: ModelManager, interval_s: float) -> None:

@@ -8,7 +8,10 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from service.settings import Settings
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -18,13 +21,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from service import logs
-    from service.app import create_app
-    from service.preload import PreloadError
     from service.settings import Settings
-    from service.shedding import protocol_for
 
     overrides: dict[str, Any] = {
         key: value
@@ -36,6 +34,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             "log_format": args.log_format,
             "preload": args.preload,
             "preload_name": args.preload_name,
+            "workers": args.workers,
         }.items()
         if value is not None
     }
@@ -54,6 +53,34 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    workers = settings.worker_count()
+    if workers == 1:
+        return _serve_one_process(settings)
+    if settings.preload is not None:
+        from service.preload import Preloader, PreloadError
+
+        try:  # here, not in each worker: a wrong path stops `serve` before any worker starts
+            Preloader.resolve(
+                settings.preload, settings.preload_name, allow_pickle=settings.allow_pickle
+            )
+        except PreloadError as exc:
+            print(f"cannot preload a model: {exc}", file=sys.stderr)
+            return 2
+    from service.supervisor import serve_workers
+
+    # The workers read their settings from the environment, as this process did; the options
+    # given on the command line join it.
+    environment = {f"KESTREL_{key.upper()}": str(value) for key, value in overrides.items()}
+    return serve_workers(settings, workers, environment)
+
+
+def _serve_one_process(settings: Settings) -> int:
+    import uvicorn
+
+    from service.app import create_app
+    from service.preload import PreloadError
+    from service.shedding import protocol_for
+
     try:
         app = create_app(settings)
     except PreloadError as exc:
@@ -193,6 +220,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="model file, or directory holding one (KServe: /mnt/models), registered at start",
     )
     serve.add_argument("--preload-name", default=None, help="name of the preloaded model")
+    serve.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=None,
+        help="worker processes on the one port (default: KESTREL_WORKERS, else the cores the "
+        "process may use; 1: a single process)",
+    )
     serve.add_argument(
         "--allow-unauthenticated-management",
         action="store_true",

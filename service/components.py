@@ -4,6 +4,7 @@ and handed to each group of routes."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
@@ -12,6 +13,8 @@ from service.access import Auth
 from service.admission import ScoringLoad
 from service.metrics import Metrics
 from service.models import ModelManager
+from service.pod import PodWorker, store_lock
+from service.pod_board import Board, PodScoringLoad
 from service.preload import Preloader
 from service.settings import Settings
 from service.shared_cache import executable_cache
@@ -27,14 +30,31 @@ class Components:
     manager: ModelManager
     auth: Auth
     preloader: Preloader | None  # the model file to serve at start (KServe runtime), if any
+    pod: PodWorker | None = None  # in a worker of `kestrel serve --workers N` (service/pod.py)
 
     @classmethod
-    def build(cls, settings: Settings, registry: CollectorRegistry | None = None) -> Components:
+    def build(
+        cls,
+        settings: Settings,
+        registry: CollectorRegistry | None = None,
+        pod_dir: Path | None = None,
+    ) -> Components:
+        # Claimed first: a sibling's write is waited for by this worker from now on.
+        board = Board(pod_dir / "board") if pod_dir is not None else None
         metrics = Metrics(registry)
-        store = ModelStore(settings.store_url, dict(settings.store_options) or None)
+        store = ModelStore(
+            settings.store_url,
+            dict(settings.store_options) or None,
+            writers_lock=store_lock(pod_dir) if pod_dir is not None else None,
+        )
         cache = executable_cache(settings, store, writes_store=True)
         metrics.add_cache_collector(cache)
-        scoring = ScoringLoad(settings.max_in_flight)
+        # In a pod the in-flight cap is the pod's: every worker counts against one total.
+        scoring = (
+            ScoringLoad(settings.max_in_flight)
+            if board is None
+            else PodScoringLoad(settings.max_in_flight, board)
+        )
         auth = Auth(
             settings.admin_token.get_secret_value() if settings.admin_token else None,
             settings.scoring_token.get_secret_value() if settings.scoring_token else None,
@@ -48,7 +68,10 @@ class Components:
             else None
         )
         manager = ModelManager(settings, store, metrics, cache, scoring)
-        return cls(settings, metrics, cache, store, manager, auth, preloader)
+        pod = None
+        if pod_dir is not None and board is not None:
+            pod = PodWorker.join(pod_dir, board, manager, metrics, settings.register_wait_s)
+        return cls(settings, metrics, cache, store, manager, auth, preloader, pod)
 
     def is_ready(self) -> bool:
         """Stored models recovered, and the preloaded one (if any) READY: /readyz, /v2 ready."""

@@ -267,7 +267,11 @@ class InferenceServicer:
 class GrpcServer:
     """The gRPC server of one application: :meth:`start` in its lifespan, :meth:`stop` after."""
 
-    def __init__(self, servicer: InferenceServicer, settings: Settings) -> None:
+    def __init__(
+        self, servicer: InferenceServicer, settings: Settings, *, share_port: bool = False
+    ) -> None:
+        """``share_port``: the workers of one pod (service/pod.py) bind the same port, and
+        the kernel spreads the connections over them."""
         assert settings.grpc_port is not None
         self.settings = settings
         self.server = grpc.aio.server(
@@ -277,7 +281,7 @@ class GrpcServer:
                 # An answer is as large as the rows asked for make it (as over HTTP).
                 ("grpc.max_send_message_length", -1),
                 # Else a second process on the same port would share its calls instead of failing.
-                ("grpc.so_reuseport", 0),
+                ("grpc.so_reuseport", int(share_port)),
             ]
         )
         add_servicer(servicer, self.server)

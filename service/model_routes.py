@@ -13,6 +13,7 @@ from service.access import Auth
 from service.components import Components
 from service.errors import BadRequest, Forbidden, InvalidInput, ModelRejected, PayloadTooLarge
 from service.models import ModelManager
+from service.pod_sync import describe, reported_state
 from service.settings import Settings
 from service.shadow_rule import InvalidRule, ShadowRule
 from service.versions import ModelOptions, ModelVersion, State, Upload, failure_error
@@ -21,6 +22,8 @@ from service.web import json_response
 
 def add_model_routes(app: FastAPI, parts: Components) -> None:
     settings, manager = parts.settings, parts.manager
+    # In a worker of a pod, READY is reported once every worker serves the version.
+    pod = parts.pod.sync if parts.pod is not None else None
 
     @app.post(
         "/models",
@@ -104,7 +107,7 @@ def add_model_routes(app: FastAPI, parts: Components) -> None:
                     "name": name,
                     "current": current.version if current else None,
                     "versions": [
-                        {"version": v.version, "state": v.state.value}
+                        {"version": v.version, "state": reported_state(pod, v).value}
                         for v in manager.versions(name)
                     ],
                 }
@@ -123,7 +126,7 @@ def add_model_routes(app: FastAPI, parts: Components) -> None:
             {
                 "name": name,
                 "current": current.version if current else None,
-                "versions": [v.describe() for v in manager.versions(name)],
+                "versions": [describe(pod, v) for v in manager.versions(name)],
                 "history": [c.to_json() for c in manager.histories.get(name, [])],
                 "aliases": manager.aliases.get(name, {}),
                 "traffic": manager.traffic.get(name, {}),
@@ -253,7 +256,7 @@ def add_model_routes(app: FastAPI, parts: Components) -> None:
         responses={**openapi.ok(openapi.VersionDescription), **openapi.errors(*openapi.AUTH, 404)},
     )
     async def describe_version(request: Request, name: str, version: str) -> Response:
-        return json_response(manager.lookup(name, version).describe())
+        return json_response(describe(pod, manager.lookup(name, version)))
 
     @app.delete(
         "/models/{name}",

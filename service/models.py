@@ -80,6 +80,7 @@ class ModelManager(Versions):
         self.drift = DriftMonitor(settings, metrics)
         self.capture = Capture(settings, store, metrics)
         self._generation = -1  # the manifest generation sync() last applied
+        self._synced = -1  # the same, once that sync's loads and drops were over
         # The newest generation this process wrote (commit, delete): a manifest read older than
         # that predates our own write, and applying it would undo it (e.g. bring back the version
         # a local registration just replaced), so sync() skips it.
@@ -96,6 +97,17 @@ class ModelManager(Versions):
 
     def is_ready(self) -> bool:
         return self.recovered.is_set()
+
+    @property
+    def written_generation(self) -> int:
+        """The newest manifest generation this process wrote (-1: none)."""
+        return self._floor
+
+    @property
+    def synced_generation(self) -> int:
+        """The manifest generation the last completed sync applied, its loads over (-1: none
+        yet)."""
+        return self._synced
 
     # -- scoring -------------------------------------------------------------------------------
     async def predict(
@@ -713,6 +725,7 @@ class ModelManager(Versions):
             if changed:
                 await self._drop_deleted(manifest)
                 await self._retire_unnamed()
+            self._synced = manifest.generation
 
     def _serves_beside(self, mv: ModelVersion) -> bool:
         """Whether stored ``mv`` serves (READY, or UNLOADED for the budget) but is not current

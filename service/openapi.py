@@ -123,9 +123,10 @@ class ModelList(BaseModel):
 
 
 class LoadProgress(BaseModel):
-    phase: Literal["queued", "compiling", "parity", "storing"] = Field(
+    phase: Literal["queued", "compiling", "parity", "storing", "replicating"] = Field(
         description="waiting for the loader, compiling (and warming up) buckets, checking "
-        "parity, or storing the upload"
+        "parity, storing the upload, or (kestrel serve --workers) serving in the worker that "
+        "stored it while the other workers load it"
     )
     buckets_done: int = Field(description="buckets compiled (or loaded) and warmed up so far")
     buckets_total: int | None = Field(description="buckets to warm up; null until known")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Literal
@@ -26,6 +27,13 @@ class Settings(BaseSettings):
     # -- network -------------------------------------------------------------------------------
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
+    workers: int | None = Field(
+        None,
+        ge=1,
+        description="worker processes of `kestrel serve`, all on its one port, sharing the "
+        "store, the compile cache, the in-flight limit and the metrics (empty: the cores the "
+        "process may use; 1: a single process)",
+    )
     grpc_port: int | None = Field(
         8081,
         ge=1,
@@ -104,9 +112,9 @@ class Settings(BaseSettings):
     max_in_flight: int | None = Field(
         2048,
         ge=1,
-        description="scoring requests in progress per process before 429, refused before their "
-        "body is read: a bound on the bodies held in memory, not a latency budget (empty: no "
-        "limit)",
+        description="scoring requests in progress in the server (all its workers together) "
+        "before 429, refused before their body is read: a bound on the bodies held in memory, "
+        "not a latency budget (empty: no limit)",
     )
     queue_delay_target_ms: float = Field(
         10.0,
@@ -235,6 +243,7 @@ class Settings(BaseSettings):
         "preload",
         "preload_name",
         "max_in_flight",
+        "workers",
         mode="before",
     )
     @classmethod
@@ -263,6 +272,16 @@ class Settings(BaseSettings):
                     raise ValueError(f"{name!r} is not a module name (dotted identifiers)")
             return names
         return value
+
+    def worker_count(self) -> int:
+        """``workers``, or the cores this process may use (its CPU affinity) when unset."""
+        if self.workers is not None:
+            return self.workers
+        return (
+            len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else os.cpu_count() or 1
+        )
 
     @property
     def is_loopback(self) -> bool:

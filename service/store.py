@@ -12,7 +12,8 @@ always verify what it got. The manifest is the only mutable object; it is replac
 atomically (local: temp file + fsync + ``os.replace``; object stores: one PUT, atomic per object).
 Every write bumps ``generation`` so replicas can poll for change cheaply.
 
-Concurrency: mutations within one process are serialized by a process-wide lock. Writers on
+Concurrency: mutations within one process are serialized by a process-wide lock, and across the
+worker processes of one ``kestrel serve`` by the lock they share (``writers_lock``). Writers on
 different replicas are *last-writer-wins* on the manifest (object stores have no portable
 compare-and-swap); run one writer, or accept that concurrent uploads on two replicas may lose one
 manifest entry (never a blob, never a corrupt manifest). ``generation`` lets readers detect change.
@@ -32,7 +33,7 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -622,7 +623,15 @@ class ModelStore:
     (e.g. endpoint, credentials, ``skip_instance_cache``).
     """
 
-    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        storage_options: Mapping[str, Any] | None = None,
+        *,
+        writers_lock: Callable[[], contextlib.AbstractContextManager[object]] | None = None,
+    ) -> None:
+        """``writers_lock``: a lock the processes writing together take around each mutation
+        too (the workers of one ``kestrel serve``), so none of them loses another's write."""
         if not isinstance(url, str) or not url.strip():
             raise StoreError(f"model store URL must be a non-empty string, got {url!r}")
         try:
@@ -642,6 +651,12 @@ class ModelStore:
         # Numbers handed out by next_version() but not yet committed, so two uploads in flight in
         # this process never get the same number.
         self._reserved: dict[str, int] = {}
+        self._writers_lock = writers_lock or contextlib.nullcontext
+
+    @contextlib.contextmanager
+    def _mutating(self) -> Iterator[None]:
+        with _MUTATION_LOCK, self._writers_lock():
+            yield
 
     def __repr__(self) -> str:
         return f"ModelStore({self.url!r})"
@@ -830,7 +845,7 @@ class ModelStore:
         never copied), then ``manifest.json`` the new one; each write is atomic, so a crash at
         any point leaves at least one readable, consistent manifest.
         """
-        with _MUTATION_LOCK:
+        with self._mutating():
             manifest = self.load_manifest()
             before = manifest.to_bytes()
             if change(manifest) is False:
@@ -1124,7 +1139,7 @@ class ModelStore:
         """
         if isinstance(grace_s, bool) or not isinstance(grace_s, int | float) or grace_s < 0:
             raise ValueError(f"grace_s must be a non-negative number of seconds, got {grace_s!r}")
-        with _MUTATION_LOCK:
+        with self._mutating():
             keep = self.load_manifest().referenced_blobs()
             raw_prev = self._read(self._path(PREV_MANIFEST_FILE))
             if raw_prev is not None:

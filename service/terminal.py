@@ -36,6 +36,7 @@ PHASES = {
     "compiling": "compile + warm-up",
     "parity": "parity check",
     "storing": "store",
+    "replicating": "load in the other workers",
 }
 _UNITS = {"uploading": "bytes", "compiling": "buckets"}
 

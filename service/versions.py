@@ -61,6 +61,9 @@ class Phase(enum.StrEnum):
     COMPILING = "compiling"  # compile (or load from the cache) and warm up each bucket
     PARITY = "parity"  # check the compiled model against the source model
     STORING = "storing"  # write the upload to the store and commit it
+    # Serving in the worker that stored it; the pod's other workers are loading it
+    # (kestrel serve --workers: service/pod_sync.py).
+    REPLICATING = "replicating"
 
 
 class LoadPhase(enum.StrEnum):

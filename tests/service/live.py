@@ -47,6 +47,10 @@ class LiveServer:
             "KESTREL_LOG_LEVEL": "info",
             "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false",
             "KESTREL_GRPC_PORT": str(self.grpc_port or 0),
+            # One process unless a test asks for a pod (the default is one worker per core).
+            "KESTREL_WORKERS": "1",
+            # This checkout's code, in the server and in each of its worker processes.
+            "PYTHONPATH": str(ROOT),
             **env,
         }
         self.proc: subprocess.Popen[bytes] | None = None
