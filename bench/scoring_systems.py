@@ -126,7 +126,10 @@ def _kestrel(backend: str) -> Callable[[Pipeline, Any, Any, Context], Predict]:
         import compiler
 
         options = compiler.CompileOptions(
-            methods=("predict_proba",), backend=backend, max_batch=ctx.max_batch
+            methods=("predict_proba",),
+            backend=backend,
+            max_batch=ctx.max_batch,
+            threads=ctx.threads,  # a large call's chunks: as many threads as the peers get
         )
         try:
             model = compiler.compile(est, sample=sample, options=options)

@@ -37,7 +37,7 @@ from .plan import DEVICE, HOST, ExecutionPlan, GraphPlan, Placement
 from .program import GraphStage, HostStage, Program, run_stages
 from .shapes import concrete, is_batched, static_size
 from .stats import CompileCause, RunStats
-from .threads import available_cores, spread
+from .threads import SpreadChoice, available_cores, spread
 from .verify import verify
 
 _DEFAULT_CACHE: ExecutableCache | None = None
@@ -268,9 +268,7 @@ class CompiledGraph:
         self.stats = RunStats()
         self._stats_lock = threading.Lock()
         self._threads = options.threads or available_cores()
-        self._spread_pays: bool | None = None  # see _run_chunked
-        self._spread_votes: list[bool] = []
-        self._spread_calls = 0
+        self._spread = SpreadChoice()  # whether this graph's chunks run faster spread
         self.compiles: Counter[str] = Counter()
         self.ready = False
         # Everything the hot path needs that does not change between calls, computed once:
@@ -538,32 +536,20 @@ class CompiledGraph:
         # A chunk whose bucket is not bound yet runs first, here (binding may compile); the
         # rest, bound, spread over threads, each writing its own rows of the results.
         later = []
-        first = 0.0
         for spans in calls:
             index = buckets.index(sum(j - i for i, j in spans))
             if results and self._buckets[index].route is not None:
                 later.append(functools.partial(run, spans))
             else:
-                t0 = time.perf_counter()
                 run(spans)
-                first = time.perf_counter() - t0
-        # Whether spreading pays is measured on calls spread wide enough to tell: a graph whose
-        # chunks hold the GIL (numpy's per-op dispatch on small arrays) runs slower spread.
-        # Three such calls decide; a graph that does not pay tries again every 256th call.
-        self._spread_calls += 1
-        decided = self._spread_pays
-        probing = decided is None or (not decided and self._spread_calls % 256 == 0)
-        threads = self._threads if decided or probing else 1
-        t0 = time.perf_counter()
-        spread(later, threads)
-        if probing and threads > 1 and len(later) >= threads and first:
-            paid = time.perf_counter() - t0 < 0.95 * first * len(later)
-            if decided is None:
-                self._spread_votes.append(paid)
-                if len(self._spread_votes) == 3:
-                    self._spread_pays = self._spread_votes.count(True) >= 2
-            else:
-                self._spread_pays = paid
+        threads = self._threads
+        if threads > 1 and len(later) >= threads:  # wide enough to tell whether spreading pays
+            spreading = self._spread.choose()
+            t0 = time.perf_counter()
+            spread(later, threads if spreading else 1)
+            self._spread.record(spreading, (time.perf_counter() - t0) / len(later))
+        else:
+            spread(later, threads if self._spread.pays is not False else 1)
         return results
 
     def _run(

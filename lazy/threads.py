@@ -68,3 +68,47 @@ def spread(jobs: Sequence[Callable[[], None]], threads: int) -> None:
     for error in errors:
         if error is not None:
             raise error
+
+
+class SpreadChoice:
+    """Whether spreading one graph's chunks over threads pays, learned from its own calls.
+
+    Chunks that hold the GIL (numpy's per-op dispatch on small arrays) run slower spread; a
+    forest's numba kernels or XLA executables run nearly twice as fast on two cores. Each call
+    wide enough to tell (a chunk per thread at least) is timed per chunk, and an estimate of
+    seconds per chunk is kept for either way (an exponential average, so a machine's load at
+    one moment does not decide for good). The first such call runs sequentially, the second
+    spread; after that the faster way runs, and every :data:`EXPLORE`-th call the other, to keep
+    its estimate fresh. Spreading must take under :data:`MARGIN` of the sequential time.
+    """
+
+    EXPLORE = 16
+    MARGIN = 0.95
+    WEIGHT = 0.3  # of a new measurement in the average
+
+    def __init__(self) -> None:
+        self._seconds: dict[bool, float] = {}  # per chunk: spread (True) or not (False)
+        self._calls = 0
+
+    @property
+    def pays(self) -> bool | None:
+        """Whether spreading is the faster way now (None: not measured both ways yet)."""
+        if len(self._seconds) < 2:
+            return None
+        return self._seconds[True] < self.MARGIN * self._seconds[False]
+
+    def choose(self) -> bool:
+        """Whether to spread the next wide call."""
+        self._calls += 1
+        pays = self.pays
+        if pays is None:
+            return False in self._seconds  # sequential first, then spread
+        return pays != (self._calls % self.EXPLORE == 0)
+
+    def record(self, spreading: bool, seconds_per_chunk: float) -> None:
+        before = self._seconds.get(spreading)
+        self._seconds[spreading] = (
+            seconds_per_chunk
+            if before is None
+            else before + self.WEIGHT * (seconds_per_chunk - before)
+        )

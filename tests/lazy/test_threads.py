@@ -87,3 +87,38 @@ def test_the_default_is_the_cores_the_process_may_use() -> None:
     graph = b.build({"y": b.input("x", (1,), "float32") * 2.0})
     compiled = lz.compile(graph, lz.Options(backend="numpy"))
     assert compiled.graphs[0]._threads == threads.available_cores()
+
+
+def test_spreading_is_chosen_by_its_measured_seconds_per_chunk() -> None:
+    from lazy.threads import SpreadChoice
+
+    choice = SpreadChoice()
+    assert choice.pays is None
+    assert choice.choose() is False  # first sequential
+    choice.record(False, 1.0)
+    assert choice.choose() is True  # then spread
+    choice.record(True, 0.55)
+    assert choice.pays is True
+    ways = []
+    for _ in range(2 * SpreadChoice.EXPLORE):
+        ways.append(choice.choose())
+        choice.record(ways[-1], 0.55 if ways[-1] else 1.0)
+    assert ways.count(False) == 2  # the other way, every EXPLORE-th call only
+
+    # Load that slows one spread call does not decide for good: the average recovers.
+    choice.record(True, 3.0)
+    assert choice.pays is False
+    for _ in range(4 * SpreadChoice.EXPLORE):
+        spreading = choice.choose()
+        choice.record(spreading, 0.55 if spreading else 1.0)
+    assert choice.pays is True
+
+
+def test_chunks_that_hold_the_gil_stop_spreading() -> None:
+    from lazy.threads import SpreadChoice
+
+    choice = SpreadChoice()
+    for _ in range(3 * SpreadChoice.EXPLORE):
+        spreading = choice.choose()
+        choice.record(spreading, 1.3 if spreading else 1.0)
+    assert choice.pays is False
