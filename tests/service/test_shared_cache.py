@@ -21,7 +21,6 @@ from service import score
 from service.settings import Settings
 from service.shared_cache import StoreTier
 from service.store import InvalidName, ModelStore
-from tests.service.conftest import S3_KEY, S3_REGION, S3_SECRET
 from tests.service.live import LiveServer
 
 OPTIONS = '{"max_batch": 8}'
@@ -47,13 +46,8 @@ def models() -> dict[str, Any]:
 
 
 @pytest.fixture
-def s3(s3_endpoint: str, s3_bucket: str) -> dict[str, Any]:
-    options = {
-        "key": S3_KEY,
-        "secret": S3_SECRET,
-        "client_kwargs": {"endpoint_url": s3_endpoint, "region_name": S3_REGION},
-    }
-    return {"url": f"s3://{s3_bucket}/kestrel", "options": options}
+def s3(s3_storage_options: dict[str, Any], s3_bucket: str) -> dict[str, Any]:
+    return {"url": f"s3://{s3_bucket}/kestrel", "options": s3_storage_options}
 
 
 def _server(tmp_path: Path, name: str, s3: dict[str, Any], **env: str) -> LiveServer:
