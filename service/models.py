@@ -205,7 +205,9 @@ class ModelManager(Versions):
     def _keep_within_budget(self) -> None:
         """Unload the versions idle the longest while more are loaded than the budget allows."""
         everything = (mv for versions in self.by_name.values() for mv in versions.values())
-        for mv in self.residency.over_budget(everything):
+        # A shadow is mirrored to only while READY: unloaded, nothing would load it again.
+        shadows = {(name, shadow.version) for name, shadow in self.shadows.items()}
+        for mv in self.residency.over_budget(everything, shadows):
             log.info(
                 "model %s version %s unloaded: over the budget of %d loaded versions",
                 mv.name,

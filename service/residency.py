@@ -10,7 +10,8 @@ executable cache, following its stored plan: no compile and no second parity gat
 gated the same version, plan and executables when it first loaded it).
 
 Never unloaded: versions of the models ``KESTREL_PINNED_MODELS`` names (their current, canary and
-aliased versions alike), and versions with rows queued or in flight. Pinned versions count
+aliased versions alike), shadow versions (mirrored to only while READY), and versions with rows
+queued or in flight. Pinned versions count
 against the budget too, so a budget smaller than them is exceeded, with a warning.
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
 
 from service.versions import ModelVersion, State
@@ -41,8 +42,11 @@ class Residency:
         """Note a request for ``mv`` (its recency)."""
         mv.last_used = time.monotonic()
 
-    def over_budget(self, versions: Iterable[ModelVersion]) -> list[ModelVersion]:
-        """The READY versions to unload, least recently used first, for the rest to fit."""
+    def over_budget(
+        self, versions: Iterable[ModelVersion], kept: Container[tuple[str, str]] = ()
+    ) -> list[ModelVersion]:
+        """The READY versions to unload, least recently used first, for the rest to fit;
+        never one of ``kept`` (``(name, version)``: shadows, which no request loads again)."""
         self.short = False
         if self.max_loaded is None:
             return []
@@ -50,7 +54,16 @@ class Residency:
         excess = len(loaded) - self.max_loaded
         if excess <= 0:
             return []
-        idle = sorted((mv for mv in loaded if self._may_unload(mv)), key=lambda mv: mv.last_used)
+        # The most recently used stays whatever else is kept: its request is about to run.
+        newest = max(loaded, key=lambda mv: mv.last_used)
+        idle = sorted(
+            (
+                mv
+                for mv in loaded
+                if mv is not newest and self._may_unload(mv) and (mv.name, mv.version) not in kept
+            ),
+            key=lambda mv: mv.last_used,
+        )
         self.short = len(idle) < excess
         pinned = sum(mv.name in self.pinned for mv in loaded)
         if pinned > self.max_loaded:

@@ -130,6 +130,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         KESTREL_CAPTURE_FLUSH_S="1",
         KESTREL_DRIFT_SHARE="1",
         KESTREL_DRIFT_CPU="0.5",
+        # Two loaded versions and iris pinned (its serving and shadow versions): a second and a
+        # third model then unload and load each other (_reload), the drift series untouched.
+        KESTREL_MAX_LOADED_MODELS="2",
+        KESTREL_PINNED_MODELS=MODEL,
     )
     kestrel.start()
     prometheus = PrometheusServer(
@@ -162,7 +166,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             timeout=60,
         )
         psi_after = _wait_for_psi(prometheus, lambda v: v > 0.25)
-        _explain(kestrel)  # last: the explanation panels' rates look back half a minute
+        _explain(kestrel)  # late: the explanation panels' rates look back half a minute
+        _reload(kestrel)  # as late: so do the reload panel's
         done = time.time()
         prometheus.wait(lambda: _latest_scrape(prometheus) >= done + 2, 30, "scraped twice")
         prometheus.wait(
@@ -261,6 +266,24 @@ def _explain(kestrel: LiveServer) -> None:
         assert r.status_code == 200, r.text
         assert len(r.json()["outputs"]["contributions"]) == len(flowers)
         time.sleep(0.5)
+
+
+def _reload(kestrel: LiveServer) -> None:
+    """Two more models over the budget of two (iris pinned): the second unloads the first, and
+    a request for the first loads it again: the residency panel's data."""
+    import json
+
+    from service.demo_model import demo_artifact
+
+    data, sample = demo_artifact()
+    for name in ("spare", "spare2"):
+        r = kestrel.register(name, data, filename="iris.skops", sample=json.dumps(sample))
+        assert r.status_code == 201, r.text
+    assert kestrel.metric("kestrel_models", state="UNLOADED") == 1
+    flower = {"sepal_length": 5.1, "sepal_width": 3.5, "petal_length": 1.4, "petal_width": 0.2}
+    r = kestrel.client.post("/models/spare/predict", json=[flower])
+    assert r.status_code == 200, r.text
+    assert kestrel.metric("kestrel_model_reload_duration_seconds_count") == 1
 
 
 def _stage_shadow(kestrel: LiveServer) -> None:

@@ -161,3 +161,28 @@ def test_a_forest_loads_again_from_its_cached_executables(tmp_path: Path) -> Non
             await manager.close()
 
     asyncio.run(scenario())
+
+
+def test_a_shadow_version_is_not_unloaded(tmp_path: Path) -> None:
+    manager = _manager(tmp_path, max_loaded_models=1)
+
+    async def scenario() -> None:
+        try:
+            await _register(manager, "a", _model(0))
+            upload = Upload(
+                "a",
+                sio.dumps(_model(1)),
+                filename="m.skops",
+                options=ModelOptions(max_batch=8),
+                promote=False,
+            )
+            shadow = await manager.register(upload)
+            assert await manager.wait(shadow, 120)
+            await manager.set_shadow("a", shadow.version, 1.0)
+            await _register(manager, "b", _model(2))
+            assert shadow.state is State.READY  # mirrored to: kept, though over the budget
+            assert manager.current("a").state is State.UNLOADED
+        finally:
+            await manager.close()
+
+    asyncio.run(scenario())
