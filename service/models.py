@@ -193,8 +193,7 @@ class ModelManager(Versions):
         t0 = time.perf_counter()
         try:
             current = self.current_version.get(mv.name) == mv.version
-            mv.state, mv.error, mv.done = State.LOADING, None, asyncio.Event()
-            mv.progress, mv.load_phases = LoadProgress(Phase.QUEUED), {}
+            _begin_load(mv)
             work = self.loader.submit(self.loader.revive, mv)
             await self._finish(mv, work, commit=False, current=current, settle=False)
         finally:
@@ -804,8 +803,7 @@ class ModelManager(Versions):
         """Load a stored version (disk cache when warm) and make it current, as of
         ``generation`` (``current`` False: serving beside the current one, for an alias)."""
         assert mv.record is not None
-        mv.state, mv.error, mv.done = State.LOADING, None, asyncio.Event()
-        mv.progress, mv.load_phases = LoadProgress(Phase.QUEUED), {}
+        _begin_load(mv)
         if current:
             mv.generation = generation
         work = self.loader.submit(self.loader.reload, mv, mv.record)
@@ -864,6 +862,12 @@ class ModelManager(Versions):
         self.drift.close()
         await asyncio.get_running_loop().run_in_executor(None, self.capture.close)
         self.loader.shutdown()
+
+
+def _begin_load(mv: ModelVersion) -> None:
+    """LOADING again (a stored version's reload): queued, no error, a fresh ``done``."""
+    mv.state, mv.error, mv.done = State.LOADING, None, asyncio.Event()
+    mv.progress, mv.load_phases = LoadProgress(Phase.QUEUED), {}
 
 
 def _reason(exc: BaseException) -> str:
