@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import re
 
+import pytest
+
 from tests.bench.scripts import run_bench
 
 
@@ -17,6 +19,7 @@ def _rates(stdout: str, prefix: str) -> list[float]:
     return rates
 
 
+@pytest.mark.slow  # a minute of benching: make test-slow runs it
 def test_the_offline_bench_times_both_engines_on_each_core_count() -> None:
     argv = ["--pipelines", "scaled_lr", "--rows", "2000", "--row-group", "500", "--rounds", "1"]
     stdout = run_bench("offline.py", argv)

@@ -10,9 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # a minute of benching: make test-slow runs it
 def test_the_bench_measures_one_and_two_workers_in_one_run(tmp_path: Path) -> None:
     assert shutil.which("wrk"), "wrk is not installed: run `bash .ci/install-tools wrk`"
     out = tmp_path / "workers.json"

@@ -24,6 +24,7 @@ import skops.io as sio
 from prometheus_client.parser import text_string_to_metric_families
 from sklearn.linear_model import LinearRegression
 
+from service.pod_metrics import PUBLISH_S
 from service.versions import Phase
 from tests.deploy.prometheus_server import PrometheusServer
 from tests.service.live import LiveServer
@@ -201,6 +202,8 @@ def test_a_scrape_reports_the_pod_totals(pod: LiveServer, tmp_path: Path) -> Non
     if not pod.client.get("/models/m", headers=pod.admin).is_success:
         assert pod.register("m", sio.dumps(MODELS["a"]), options=OPTIONS).status_code == 201
     labels = {"model": "m", "route": PREDICT_ROUTE, "status": "200"}
+    # Earlier tests' requests reach a scrape once their worker has published its snapshot.
+    time.sleep(2 * PUBLISH_S)
     before = pod_metric(pod.client.get("/metrics").text, "kestrel_requests_total", **labels)
     sent = 40
     with each_worker(pod, 2) as workers:  # 10 requests on each of 4 connections, 2 per worker
