@@ -153,6 +153,7 @@ RULES: dict[Op, Rule] = {
     Op.MUL: _elementwise(np.multiply),
     Op.DIV: _elementwise(np.divide),
     Op.POW: _elementwise(np.power),
+    Op.REMAINDER: _elementwise(np.remainder),
     Op.MAXIMUM: _elementwise(np.maximum),
     Op.MINIMUM: _elementwise(np.minimum),
     Op.EQ: _elementwise(np.equal),

@@ -43,6 +43,7 @@ _ELEMENTWISE = frozenset(
         Op.SUB,
         Op.MUL,
         Op.DIV,
+        Op.REMAINDER,
         Op.CAST,  # to a float dtype only: non-float results are dropped below
     }
 )

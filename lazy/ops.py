@@ -53,6 +53,7 @@ class Op(enum.Enum):
     MUL = "mul"
     DIV = "div"
     POW = "pow"
+    REMAINDER = "remainder"  # numpy's float ``%``: an exact fmod, signed as the divisor
     MAXIMUM = "maximum"
     MINIMUM = "minimum"
     EQ = "eq"
@@ -631,7 +632,7 @@ def _build_table() -> dict[Op, OpSpec]:
     add(Op.CTZ, 1, (), _unary(dt.INTS, "integer", result="int32")(Op.CTZ), "unary")
     for op in (Op.ADD, Op.SUB, Op.MUL, Op.MAXIMUM, Op.MINIMUM):
         add(op, 2, (), _numeric_binary(op), "binary")
-    for op in (Op.DIV, Op.POW):
+    for op in (Op.DIV, Op.POW, Op.REMAINDER):
         add(op, 2, (), _float_binary(op), "binary")
     for op in (Op.LT, Op.LE, Op.GT, Op.GE):
         add(op, 2, (), _compare(op), "compare")

@@ -86,6 +86,10 @@ _RULES: dict[Op, Callable[[Node, list[Special]], Special]] = {
     Op.SUB: lambda n, s: _arith(Op.SUB, *s),
     Op.MUL: lambda n, s: _arith(Op.MUL, *s),
     Op.DIV: lambda n, s: _arith(Op.DIV, *s),
+    # NaN for inf % y and x % 0; x % ±inf is x, or the infinity itself where their signs differ.
+    Op.REMAINDER: lambda n, s: Special(
+        s[0].nan or s[1].nan or s[0].inf or s[1].zero, s[1].inf, True
+    ),
     Op.MAXIMUM: lambda n, s: s[0] | s[1],
     Op.MINIMUM: lambda n, s: s[0] | s[1],
     Op.WHERE: lambda n, s: _where(n, s),

@@ -67,7 +67,7 @@ def flushes(backend: Backend, policy: DTypePolicy) -> bool:
 # nodes holding graphs of their own (loops, variants), taken whole.
 _DECISIONS = frozenset(
     {
-        Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE, Op.FLOOR, Op.FOREST_SUM, Op.FOREST_SHAP,
+        Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE, Op.FLOOR, Op.REMAINDER, Op.FOREST_SUM, Op.FOREST_SHAP,
         Op.MAX, Op.MIN, Op.ARGMAX, Op.MAXIMUM, Op.MINIMUM, Op.COUPLE, Op.LOOP, Op.VARIANT,
     }
 )  # fmt: skip

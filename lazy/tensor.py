@@ -155,6 +155,12 @@ class LazyTensor:
     def __rpow__(self, o: Any) -> LazyTensor:
         return _apply(Op.POW, o, self)
 
+    def __mod__(self, o: Any) -> LazyTensor:
+        return _apply(Op.REMAINDER, self, o)
+
+    def __rmod__(self, o: Any) -> LazyTensor:
+        return _apply(Op.REMAINDER, o, self)
+
     def __matmul__(self, o: Any) -> LazyTensor:
         return _apply(Op.MATMUL, self, o)
 
@@ -347,6 +353,12 @@ def ctz(x: LazyTensor) -> LazyTensor:
     return _apply(Op.CTZ, x)
 
 
+def remainder(a: Any, b: Any) -> LazyTensor:
+    """numpy's ``a % b`` on floats, bit for bit: ``fmod(a, b)`` (exact), plus ``b`` where the
+    two differ in sign (one rounding), a zero result signed as ``b``."""
+    return _apply(Op.REMAINDER, a, b)
+
+
 def maximum(a: Any, b: Any) -> LazyTensor:
     return _apply(Op.MAXIMUM, a, b)
 
@@ -530,6 +542,7 @@ _UFUNCS: dict[np.ufunc, Op] = {
     np.multiply: Op.MUL,
     np.true_divide: Op.DIV,
     np.power: Op.POW,
+    np.remainder: Op.REMAINDER,  # also np.mod
     np.maximum: Op.MAXIMUM,
     np.minimum: Op.MINIMUM,
     np.negative: Op.NEG,

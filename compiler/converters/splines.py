@@ -39,14 +39,11 @@ def _inverse_widths(t: np.ndarray, offset_b: int, offset_a: int) -> np.ndarray:
 
 
 def _basis(
-    x: lz.LazyTensor, t: np.ndarray, k: int, ctx: Context, tests: ExactTests | None
+    x: lz.LazyTensor, t: np.ndarray, k: int, ctx: Context, count: lz.LazyTensor
 ) -> tuple[lz.LazyTensor, list]:
-    """The interval (B, F) and the ``k + 1`` basis values h[m] (B, F) of functions ``i - k + m``
-    (``tests``: the knot tests as the source decides them, else in the graph's precision)."""
+    """The interval (B, F) and the ``k + 1`` basis values h[m] (B, F) of functions ``i - k + m``,
+    given ``count`` (B, F), how many knots are at most ``x``."""
     n = t.shape[1] - k - 1
-    count = (
-        count_at_most(x, t, ctx, "knots") if tests is None else tests.count(t, at_least, "knots")
-    )
     interval = lz.minimum(lz.maximum(count - 1, k), n - 1)
     knot = {d: per_column(interval + d, t, ctx, f"knot_{d}") for d in range(1 - k, k + 1)}
     h: list[Any] = [None]  # h[0] = 1, kept symbolic to skip multiplying by it
@@ -107,14 +104,84 @@ def _boundary_rows(est: Any, side: str) -> tuple[np.ndarray, np.ndarray, np.ndar
     return np.asarray(edges, np.float64), np.asarray(values), np.asarray(slopes)
 
 
+def _period(t: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per feature: where the period starts, its length, and whether it is degenerate (one
+    distinct value in fit: scikit-learn's ``% 0`` gives NaN, and every row maps to 0)."""
+    n = t.shape[1] - k - 1
+    low, period = t[:, k], t[:, n] - t[:, k]
+    degenerate = period <= 0
+    return low, np.where(degenerate, 1.0, period), degenerate
+
+
+def _wrapped(x: lz.LazyTensor, t: np.ndarray, k: int, ctx: Context) -> lz.LazyTensor:
+    """scikit-learn's ``t[k] + (x - t[k]) % (t[n] - t[k])`` on float64 ``x``."""
+    low, period, degenerate = _period(t, k)
+    start = ctx.param(low, "period_start", dtype="float64")
+    wrapped = start + lz.remainder(x - start, ctx.param(period, "period", dtype="float64"))
+    if degenerate.any():
+        wrapped = lz.where(ctx.param(degenerate, "degenerate", dtype="bool"), 0.0, wrapped)
+    return wrapped
+
+
+def _periodic_values(features: Features, t: np.ndarray, k: int, ctx: Context) -> lz.LazyTensor:
+    """(B, F) float64: each row's value wrapped into the period as scikit-learn wraps it.
+
+    The wrap keeps its input's absolute error, so a float32 value many periods out (a
+    timestamp wrapped into a day) would lose its place within the period: the wrap reads the
+    source's own values in float64 (the raw column where the feature is one; steps before it
+    compute in float64), with numpy's exact ``%``. At degree 0 a step sits at every knot, and
+    the wrap moves each knot to ``knot + m * period`` on the raw line for every integer ``m``,
+    which no threshold folds: the knots are compared with the wrapped float64 value, as
+    scikit-learn compares them."""
+    tests = ExactTests(features, ctx)
+    if any(m is not None for m in tests.maps):
+        ctx.promote(
+            "a periodic spline wraps computed columns, keeping their absolute error: they "
+            "compute in float64, as the source does",
+            inputs=True,
+        )
+    v = tests.source_values(features.values)
+    v = v if v.dtype == "float64" else lz.cast(v, "float64")
+    if k == 0:
+        for j, source in enumerate(tests.sources):
+            if source is not None and tests.maps[j] is None:  # the raw column itself
+                ctx.decides_at(source, _periodic_flips(t[j]), "periodic knot test")
+    return _wrapped(v, t, k, ctx)
+
+
+def _periodic_flips(t: np.ndarray, periods: int = 2) -> np.ndarray:
+    """The raw values ``x`` at which a degree-0 periodic spline's knot count changes between
+    ``x`` and the next float64, within ``periods`` periods of the fitted one: each knot moved by
+    whole periods, then searched a few ulps each way with scikit-learn's own arithmetic."""
+    low, period, degenerate = (np.asarray(a).item() for a in _period(t[None, :], 0))
+    if degenerate:
+        return np.empty(0)
+    base = t[~np.isnan(t)]
+    near = np.concatenate([base + m * period for m in range(-periods, periods + 1)])
+    steps = [near]
+    for _ in range(4):
+        steps = [np.nextafter(steps[0], -np.inf), *steps, np.nextafter(steps[-1], np.inf)]
+    x = np.stack(steps, axis=1)  # (candidates, 9), each row ascending
+
+    def count(v: np.ndarray) -> np.ndarray:
+        wrapped = low + (v - low) % period
+        return np.searchsorted(base, wrapped, side="right")
+
+    changes = count(x[:, :-1]) != count(x[:, 1:])
+    flips = x[:, :-1][changes]
+    return np.unique(np.concatenate([flips, near[~changes.any(axis=1)]]))
+
+
 @register(
     SplineTransformer,
     methods=("transform",),
     limits="every extrapolation ('error': rows outside the knots give NaN where scikit-learn "
     "raises); handle_missing; include_bias; dense output",
     exactness="degree 0 (a step at every knot): knot and range tests on the raw float64 columns, "
-    "through scalers before it; higher degrees are continuous at the knots, so their knot tests "
-    "are the graph's own",
+    "through scalers before it; periodic: the wrap in float64 with numpy's exact %, on the raw "
+    "column or on steps computed in float64, and degree 0 compares it with the knots in "
+    "float64; higher degrees are continuous at the knots, so their knot tests are the graph's "
+    "own",
 )
 def spline_transformer(est: Any, features: Features, ctx: Context) -> Heads:
     if est.extrapolation not in _EXTRAPOLATIONS:
@@ -124,27 +191,31 @@ def spline_transformer(est: Any, features: Features, ctx: Context) -> Heads:
     k = est.degree
     t = np.stack([np.asarray(s.t, np.float64) for s in est.bsplines_])  # (F, m)
     n_splines = est.bsplines_[0].c.shape[1]
-    n = t.shape[1] - k - 1
     x = features.values
-    if est.extrapolation == "periodic":
-        low, high = t[:, k], t[:, n]
-        period = high - low
-        degenerate = period <= 0  # one distinct value in fit: sklearn maps every row to 0
-        period = np.where(degenerate, 1.0, period)
-        shifted = x - ctx.param(low, "period_start")
-        wrapped = shifted - lz.floor(shifted / ctx.param(period, "period")) * ctx.param(
-            period, "period_length"
-        )
-        x_eval = wrapped + ctx.param(low, "period_start_again")
-        if degenerate.any():
-            x_eval = lz.where(ctx.param(degenerate, "degenerate", dtype="bool"), 0.0, x_eval)
-    else:
-        x_eval = x
     # A degree-0 basis steps at every knot: a row the graph's rounding puts across a knot
     # gets another basis, so its knot and range tests are decided on the float64 input.
     # Higher degrees are continuous there (within rounding on either side).
-    tests = ExactTests(features, ctx) if k == 0 and est.extrapolation != "periodic" else None
-    interval, h = _basis(x_eval, t, k, ctx, tests)
+    tests = None
+    if est.extrapolation == "periodic":
+        wrapped = _periodic_values(features, t, k, ctx)
+        if k == 0:  # the basis is 1 in the interval found, on the float64 value
+            knots = ctx.param(t, "knots", dtype="float64")
+            count = lz.sum(lz.cast(lz.expand_dims(wrapped, 2) >= knots, "int32"), axis=2)
+            x_eval = x
+        else:
+            # The basis reads differences from knots only: measured from the period's start,
+            # a float32 graph keeps the place within the period of a value far from 0.
+            low = _period(t, k)[0][:, None]
+            x_eval = wrapped - ctx.param(low[:, 0], "period_origin", dtype="float64")
+            x_eval = x_eval if ctx.dtype == "float64" else lz.cast(x_eval, ctx.dtype)
+            t = t - low
+            count = count_at_most(x_eval, t, ctx, "knots")
+    elif k == 0:
+        x_eval, tests = x, ExactTests(features, ctx)
+        count = tests.count(t, at_least, "knots")
+    else:
+        x_eval, count = x, count_at_most(x, t, ctx, "knots")
+    interval, h = _basis(x_eval, t, k, ctx, count)
     out = _scatter(interval, h, k, n_splines, ctx)  # (B, F, n_splines)
     if est.extrapolation in ("error", "constant", "linear"):
         low_edge, low_values, low_slopes = _boundary_rows(est, "min")

@@ -271,6 +271,7 @@ RULES: dict[Op, Binder] = {
     Op.MUL: _fixed(np.multiply),
     Op.DIV: _fixed(np.divide),
     Op.POW: _fixed(np.power),
+    Op.REMAINDER: _fixed(np.remainder),
     Op.MAXIMUM: _fixed(np.maximum),
     Op.MINIMUM: _fixed(np.minimum),
     Op.EQ: _fixed(np.equal),

@@ -39,6 +39,14 @@ def _binary(fn: Any) -> Rule:
     return lambda n, a, low: fn(a[0], a[1])
 
 
+def _remainder(n: Node, a: list[Any], low: Lowering) -> torch.Tensor:
+    # numpy's float %: torch.remainder goes through a floor division (inexact); fmod is exact.
+    x, y = a
+    r = torch.fmod(x, y)
+    r = torch.where((r != 0) & ((r < 0) != (y < 0)), r + y, r)
+    return torch.where(r == 0, torch.copysign(torch.zeros_like(r), y), r)
+
+
 def _tdtype(node: Node, low: Lowering) -> torch.dtype:
     return _DTYPES[low.dtype(node)]
 
@@ -236,6 +244,7 @@ RULES: dict[Op, Rule] = {
     Op.MUL: _signed_bits(_binary(torch.mul)),
     Op.DIV: _binary(torch.div),
     Op.POW: _binary(torch.pow),
+    Op.REMAINDER: _remainder,
     Op.MAXIMUM: _signed_order(_binary(torch.maximum), values=True),
     Op.MINIMUM: _signed_order(_binary(torch.minimum), values=True),
     Op.EQ: _binary(torch.eq),

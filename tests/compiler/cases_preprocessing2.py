@@ -129,6 +129,11 @@ CASES = {
             nan=True,
         ),
         Case(
+            "spline-periodic-degree0",
+            lambda: SplineTransformer(n_knots=5, degree=0, extrapolation="periodic"),
+            data="multiclass",
+        ),
+        Case(
             "spline-constant-degree1",
             lambda: SplineTransformer(n_knots=3, degree=1, extrapolation="constant"),
             data="multiclass",

@@ -19,6 +19,9 @@ from service.settings import Settings
 from tests.service.live import LiveServer
 from tests.service.test_score import UNIT, _frame, _parquet, churn  # noqa: F401 (a fixture)
 
+# A local Ray cluster of two workers: about a minute, so make test-slow runs it.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory: pytest.TempPathFactory, churn: Any) -> Path:  # noqa: F811

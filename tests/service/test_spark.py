@@ -26,9 +26,13 @@ from service.terminal import CommandError
 from tests.service.test_distributed import stored  # noqa: F401 (a fixture)
 from tests.service.test_score import UNIT, _frame, churn  # noqa: F401 (a fixture)
 
-# PySpark 4.3 warns on every conversion that pandas 3 is not yet fully supported; Kestrel hands
-# Spark Arrow batches only, never pandas frames.
-pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
+pytestmark = [
+    # A JVM and a local[2] Spark session: about a minute, so make test-slow runs it.
+    pytest.mark.slow,
+    # PySpark 4.3 warns on every conversion that pandas 3 is not yet fully supported; Kestrel
+    # hands Spark Arrow batches only, never pandas frames.
+    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas"),
+]
 
 
 @pytest.fixture(scope="module")

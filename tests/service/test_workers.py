@@ -29,6 +29,9 @@ from service.versions import Phase
 from tests.deploy.prometheus_server import PrometheusServer
 from tests.service.live import LiveServer
 
+# Two pods of two worker processes each: about two minutes, so make test-slow runs it.
+pytestmark = pytest.mark.slow
+
 X = np.random.default_rng(0).normal(size=(40, 3)).astype(np.float32)
 MODELS = {
     kind: LinearRegression().fit(X, X @ np.asarray(coef, np.float32) + bias)

@@ -138,3 +138,64 @@ def test_degree_0_splines_step_at_each_knot_as_the_source(extrapolation: str, sc
         rows = rows[((rows >= x.min(axis=0)) & (rows <= x.max(axis=0))).all(axis=1)]
     got = compiler.compile(est, options=JAX).transform(rows)
     np.testing.assert_array_equal(got, est.transform(rows))
+
+
+def _periodic_rows(spline: SplineTransformer, periods: int) -> np.ndarray:
+    """Per feature (columns), in spline space: every knot moved by whole periods, each with its
+    float64 neighbours two steps either side."""
+    shifted = []
+    for b in spline.bsplines_:
+        k, t = b.k, b.t
+        period = t[-k - 1] - t[k]
+        moved = np.concatenate([t + m * period for m in range(-periods, periods + 1)])
+        near = [moved]
+        for direction in (np.inf, -np.inf):
+            step = moved
+            for _ in range(2):
+                step = np.nextafter(step, direction)
+                near.append(step)
+        shifted.append(np.concatenate(near))
+    return np.column_stack(shifted)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("scaled", [False, True])
+@pytest.mark.parametrize("degree", [0, 1, 3])
+def test_periodic_splines_wrap_rows_as_the_source(degree: int, scaled: bool, dtype: str) -> None:
+    """scikit-learn wraps with numpy's ``%`` (an exact fmod) in float64. A row on a knot moved
+    by whole periods, or a float64 step beside it, must land in the interval scikit-learn
+    finds: a degree-0 basis steps there, so its answer must be equal, not close."""
+    rng = np.random.default_rng(11)
+    x = np.column_stack([np.round(rng.uniform(0.0, 0.7, 300), 2), rng.integers(0, 24, 300)])
+    spline = SplineTransformer(n_knots=7, degree=degree, extrapolation="periodic")
+    est = (make_pipeline(StandardScaler(), spline) if scaled else spline).fit(x)
+    rows = _periodic_rows(spline, periods=40)
+    if scaled:
+        rows = rows * est[0].scale_ + est[0].mean_
+    rows = np.vstack([x, rows, rng.uniform(-100.0, 100.0, (200, 2))])
+    options = compiler.CompileOptions(backend="jax", dtype=dtype, max_batch=1024, warmup=False)
+    got = compiler.compile(est, options=options).transform(rows)
+    if degree == 0 and not scaled:
+        np.testing.assert_array_equal(got, est.transform(rows))
+    else:  # a scaled row on a moved knot: the scaler's own rounding decides, as the source's
+        np.testing.assert_allclose(got, est.transform(rows), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("degree", [0, 3])
+def test_a_periodic_spline_of_timestamps_keeps_the_time_of_day(degree: int) -> None:
+    """Seconds since the epoch wrapped into a day: float32 steps by 128 s at that magnitude, so
+    the wrap must read the float64 column even in a float32 graph."""
+    rng = np.random.default_rng(12)
+    day = 86_400.0
+    start = 1.7e9
+    x = np.concatenate([[start, start + day], start + rng.integers(0, 86_400, 200)])[:, None]
+    spline = SplineTransformer(n_knots=25, degree=degree, extrapolation="periodic").fit(x)
+    rows = np.vstack(
+        [x, start + rng.integers(-30, 30, (300, 1)) * day + rng.uniform(0, day, (300, 1))]
+    )
+    rows = np.vstack([rows, _periodic_rows(spline, periods=30)])
+    got = compiler.compile(spline, options=JAX).transform(rows)
+    if degree == 0:
+        np.testing.assert_array_equal(got, spline.transform(rows))
+    else:
+        np.testing.assert_allclose(got, spline.transform(rows), rtol=0, atol=1e-6)

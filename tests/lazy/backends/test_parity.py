@@ -323,6 +323,12 @@ binary_cases(
     float32=uniform(0.1, 3.0),
     float32_integral_exponents=choice(-2.0, -1.5, 0.0, 1.0, 2.0, 3.0),
 )
+binary_cases(
+    Op.REMAINDER,
+    lambda a, b: a % b,
+    float32=normal(3.0),
+    float32_signed_zeros_and_infinities=choice(-7.5, -2.0, -0.0, 0.0, 0.5, 3.0, np.inf, -np.inf),
+)
 case(Op.POW, "constant_exponent")(lambda t: {"y": t.input("x", (3,), draw=normal(2.0)) ** 2.0})
 binary_cases(
     Op.MAXIMUM,

@@ -1,0 +1,94 @@
+"""Ops whose answers feed decisions are numpy's bit for bit on every backend, where a tolerance
+would hide exactly what matters (a value one ulp off a knot lands in another interval).
+
+REMAINDER is numpy's ``%`` on floats: an exact ``fmod``, the divisor added where the signs
+differ (rounded once), a zero result signed as the divisor. Periodic features wrap with it.
+
+DIV in float64 divides as IEEE does. XLA's algebraic simplifier rewrites a division by a
+broadcast value (a fitted scale, a constant, a per-row norm) into a multiplication by the
+reciprocal, which rounds twice; float64 steps compute as their source does, so the jax
+lowering keeps the division there.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lazy as lz
+
+BACKENDS = ("jax", "torch", "numpy")
+POLICIES = {"float32": lz.DTypePolicy.X32, "float64": lz.DTypePolicy.X64}
+
+
+def _hard_values(dtype: type) -> tuple[np.ndarray, np.ndarray]:
+    """Dividends and divisors where a quotient-based formula (``x - floor(x / y) * y``) or a
+    truncating remainder goes wrong: just around multiples of the divisor, far beyond it,
+    negatives, signed zeros, infinities, NaN."""
+    rng = np.random.default_rng(7)
+    divisors = np.array([0.1, 0.7, 1.0, 3.0, 24.0, 1e-3, 2.0**-20, 1e6, -0.7, -3.0], dtype)
+    xs, ys = [], []
+    for y in divisors:
+        m = np.concatenate([np.arange(-6, 7), rng.integers(-(10**6), 10**6, 8)]).astype(dtype)
+        around = m * y
+        for ulps in range(-2, 3):
+            v = around.copy()
+            for _ in range(abs(ulps)):
+                v = np.nextafter(v, dtype(np.inf) if ulps > 0 else dtype(-np.inf))
+            xs.append(v)
+            ys.append(np.full(v.shape, y))
+        xs.append(rng.normal(0, 50, 16).astype(dtype))
+        ys.append(np.full(16, y))
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e30, -1e30, 5.0, -5.0], dtype)
+    xs += [special, special, special, np.full(4, 2.5, dtype)]
+    ys += [np.full(9, 3.0, dtype), np.full(9, -3.0, dtype), np.full(9, np.inf, dtype)]
+    ys += [np.array([0.0, -0.0, np.nan, -np.inf], dtype)]
+    return np.concatenate(xs).astype(dtype), np.concatenate(ys).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", sorted(POLICIES))
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_remainder_is_numpys_bit_for_bit(backend: str, dtype: str) -> None:
+    x_values, y_values = _hard_values(np.dtype(dtype).type)
+    builder = lz.Builder()
+    x = builder.input("x", (1,), dtype)
+    y = builder.input("y", (1,), dtype)
+    divisor = builder.param(np.asarray([0.7], dtype), "p")
+    graph = builder.graph({"r": x % y, "r_param": lz.remainder(x, divisor)})
+    options = lz.Options(backend=backend, max_batch=64, dtype_policy=POLICIES[dtype], host_rows=0)
+    model = lz.compile(graph, options)
+    with np.errstate(all="ignore"):
+        want = np.remainder(x_values, y_values)
+        want_param = np.remainder(x_values, np.asarray(0.7, dtype))
+    got = model({"x": x_values[:, None], "y": y_values[:, None]})
+    for name, expected in (("r", want), ("r_param", want_param)):
+        out = np.asarray(got[name]).reshape(-1)
+        assert out.dtype == np.dtype(dtype)
+        same = (out.view(f"u{out.itemsize}") == expected.view(f"u{out.itemsize}")) | (
+            np.isnan(out) & np.isnan(expected)
+        )
+        bad = np.flatnonzero(~same)
+        assert bad.size == 0, [(x_values[i], y_values[i], out[i], expected[i]) for i in bad[:5]]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float64_division_by_a_broadcast_divisor_is_numpys(backend: str) -> None:
+    rng = np.random.default_rng(3)
+    rows = rng.normal(0.0, 10.0, (500, 4))
+    scale = rng.uniform(0.3, 9.0, 4)
+    builder = lz.Builder()
+    x = builder.input("x", (4,), "float64")
+    by_vector = (x - builder.param(scale / 3, "center")) / builder.param(scale, "scale")
+    first = lz.slice_axis(x, 1, 0, 1) * 2.5  # (B, 1): one divisor per row
+    graph = builder.graph({"vector": by_vector, "constant": x / 3.7, "row": x / first})
+    options = lz.Options(
+        backend=backend, max_batch=512, dtype_policy=lz.DTypePolicy.X64, host_rows=0
+    )
+    got = lz.compile(graph, options)({"x": rows})
+    want = {
+        "vector": (rows - scale / 3) / scale,
+        "constant": rows / 3.7,
+        "row": rows / (rows[:, :1] * 2.5),
+    }
+    for name, expected in want.items():
+        np.testing.assert_array_equal(np.asarray(got[name]), expected, err_msg=name)
