@@ -13,13 +13,14 @@ from sklearn.utils.validation import check_is_fitted
 import lazy as lz
 
 from .errors import UnsupportedError
-from .features import Features, Heads
+from .features import ColumnMap, Features, Heads
 from .float32_splits import INPUT_PREFIX as SPLIT_INPUT_PREFIX
 from .float32_splits import Key, SplitInputs
 from .options import CompileOptions
 from .precision import Request, segment
 from .probes import DecisionPoints
 from .registry import lookup
+from .replayed_columns import INPUT_PREFIX as REPLAY_INPUT_PREFIX
 from .report import CompileReport, StepReport
 from .schema import Column, InputSchema, Vocabulary
 
@@ -63,6 +64,9 @@ class Context:
         #: (graph input, the thresholds of the splits reading it).
         self._float64_splits = float64_splits
         self.split_columns: dict[Key, tuple[lz.LazyTensor, list[np.ndarray]]] = {}
+        #: The computed features the host replays for float32-comparing splits, by map
+        #: (:mod:`compiler.replayed_columns`).
+        self.replayed_columns: dict[ColumnMap, lz.LazyTensor] = {}
         #: What the host guarantees of graph inputs (by name): an imputed column's split codes
         #: carry its fill, never NaN.
         self.input_facts: dict[str, lz.Special] = {}
@@ -141,6 +145,18 @@ class Context:
         if self.raw is not None and self.raw.dtype != "float64":
             self.wants_float64_input = True  # the host encodes from the float64 table
         return self.split_columns[key][0]
+
+    def replayed_column(self, mapping: ColumnMap) -> lz.LazyTensor:
+        """(B,) float32: ``float32(mapping(x))`` of its raw column, computed by the host as the
+        source computes it (:mod:`compiler.replayed_columns`)."""
+        if mapping not in self.replayed_columns:
+            name = f"{REPLAY_INPUT_PREFIX}{len(self.replayed_columns)}"
+            self.replayed_columns[mapping] = self.builder.input(name, (), "float32")
+            if mapping.fill is not None and not np.isnan(mapping.fill):
+                self.input_facts[name] = lz.Special(nan=False, inf=True, zero=True)
+        if self.raw is not None and self.raw.dtype != "float64":
+            self.wants_float64_input = True  # the host replays from the float64 table
+        return self.replayed_columns[mapping]
 
     def splits_at(self, source: int, fill: float | None, thresholds: np.ndarray) -> None:
         """Record split thresholds (tests ``x <= t``) compared with a :meth:`split_column`."""

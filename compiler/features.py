@@ -39,29 +39,105 @@ class ColumnMap:
     #: NaN so filled, which no NaN reaches: every later step sees that value in the source too.
     fill: float | None = None
 
-    def then(self, step: Step) -> ColumnMap:
-        """This map followed by a non-decreasing ``step`` that may change non-NaN values."""
-        return ColumnMap(self.source, (*self.steps, step), False, self.fill)
+    def then(self, *steps: Step) -> ColumnMap:
+        """This map followed by non-decreasing ``steps`` that may change non-NaN values."""
+        return ColumnMap(self.source, (*self.steps, *steps), False, self.fill)
 
     def imputed(self, value: float) -> ColumnMap:
         """This map followed by an imputer's fill of NaN with ``value``."""
-        step = _filler(float(value))
+        step = Fill(float(value))
         fill = float(value) if not self.steps else self.fill  # a later fill never sees NaN
         return ColumnMap(self.source, (*self.steps, step), self.fills_only, fill)
 
     def __call__(self, raw: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
         """The source's values for raw values ``raw`` arriving as ``dtype``, as float64."""
+        return self.source_values(raw, dtype).astype(np.float64)
+
+    def source_values(self, raw: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
+        """The source's values for raw values ``raw`` arriving as ``dtype``, in ``dtype``."""
         v = np.asarray(raw).astype(dtype)
         for step in self.steps:
             v = step(v)
             if v.dtype != dtype:  # a step computing in another precision is not the source's
                 raise TypeError(f"a column map step turned {np.dtype(dtype)} into {v.dtype}")
-        return v.astype(np.float64)
+        return v
 
 
-def _filler(value: float) -> Step:
-    # scikit-learn writes the fill into the input's own array: float32 input rounds it.
-    return lambda v: np.where(np.isnan(v), v.dtype.type(value), v)
+@dataclass(frozen=True)
+class Fill:
+    """A :data:`Step`: NaN replaced by ``value``. scikit-learn writes the fill into the input's
+    own array, so float32 input rounds it.
+
+    Like :class:`Arithmetic` and :class:`Clip`, a step of one kind (:attr:`kind`) applies to
+    many columns at once with its :attr:`params` stacked per column, each element computed as
+    the column's own step computes it (see :mod:`compiler.replayed_columns`)."""
+
+    value: float
+
+    @property
+    def kind(self) -> tuple[Any, ...]:
+        return (Fill,)
+
+    @property
+    def params(self) -> tuple[float, ...]:
+        return (self.value,)
+
+    def __call__(self, v: np.ndarray) -> np.ndarray:
+        return self.apply(v, np.float64(self.value))
+
+    @staticmethod
+    def apply(v: np.ndarray, value: Any) -> np.ndarray:
+        return np.where(np.isnan(v), np.asarray(value).astype(v.dtype), v)
+
+
+@dataclass(frozen=True)
+class Arithmetic:
+    """A :data:`Step`: ``v op param`` as scikit-learn computes it, in place on the input's
+    array: in float64 and rounded to ``v``'s dtype, or where ``in_input_dtype`` with ``param``
+    first cast to ``v``'s dtype (StandardScaler on float32 input)."""
+
+    op: np.ufunc
+    param: float
+    in_input_dtype: bool = False
+
+    @property
+    def kind(self) -> tuple[Any, ...]:
+        return (Arithmetic, self.op, self.in_input_dtype)
+
+    @property
+    def params(self) -> tuple[float, ...]:
+        return (self.param,)
+
+    def __call__(self, v: np.ndarray) -> np.ndarray:
+        return self.apply(v, np.float64(self.param))
+
+    def apply(self, v: np.ndarray, param: Any) -> np.ndarray:
+        if self.in_input_dtype:
+            return self.op(v, np.asarray(param).astype(v.dtype))
+        return self.op(v.astype(np.float64, copy=False), param).astype(v.dtype, copy=False)
+
+
+@dataclass(frozen=True)
+class Clip:
+    """A :data:`Step`: ``np.clip(v, low, high)``, the bounds in ``v``'s dtype."""
+
+    low: float
+    high: float
+
+    @property
+    def kind(self) -> tuple[Any, ...]:
+        return (Clip,)
+
+    @property
+    def params(self) -> tuple[float, ...]:
+        return (self.low, self.high)
+
+    def __call__(self, v: np.ndarray) -> np.ndarray:
+        return self.apply(v, np.float64(self.low), np.float64(self.high))
+
+    @staticmethod
+    def apply(v: np.ndarray, low: Any, high: Any) -> np.ndarray:
+        return np.clip(v, np.asarray(low).astype(v.dtype), np.asarray(high).astype(v.dtype))
 
 
 @dataclass(frozen=True, eq=False)
@@ -145,13 +221,15 @@ class Features:
         """These features, every column marked as holding exactly the source's values."""
         return replace(self, exact=(True,) * self.width)
 
-    def mapped(self, values: lz.LazyTensor, step: Callable[[int], Step | None]) -> Features:
-        """``values``, computed from these features column by column by a non-decreasing step
-        (``step(j)``: column j's float64 replay, None where it has none)."""
+    def mapped(
+        self, values: lz.LazyTensor, step: Callable[[int], Step | tuple[Step, ...] | None]
+    ) -> Features:
+        """``values``, computed from these features column by column by non-decreasing steps
+        (``step(j)``: column j's replay, None where it has none)."""
         maps = []
         for j, m in enumerate(self.column_maps()):
             s = None if m is None else step(j)
-            maps.append(None if s is None else m.then(s))
+            maps.append(None if s is None else m.then(*(s if isinstance(s, tuple) else (s,))))
         return Features(values, (None,) * self.width, tuple(maps))
 
     @property

@@ -20,6 +20,7 @@ from .float32_inputs import Float32Inputs, arrives_float32
 from .float32_splits import SplitInputs
 from .options import METHODS, CompileOptions
 from .probes import DecisionPoints
+from .replayed_columns import ReplayedInputs
 from .report import CompileReport
 from .schema import InputSchema, schema_for
 from .statistics import ColumnStatistics, Recorded, recorded, resolve
@@ -64,6 +65,8 @@ class Traced:
     #: float64, each input column's contribution to each raw output, then the bias
     #: (:mod:`compiler.explain`).
     explanation: lz.Program | None = field(default=None, compare=False, repr=False)
+    #: The computed features the host replays for float32-comparing splits (None: none).
+    replayed_inputs: ReplayedInputs | None = None
 
     @cached_property
     def statistics(self) -> tuple[ColumnStatistics, ...]:
@@ -109,6 +112,7 @@ def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None 
     split_inputs = SplitInputs.of(
         {key: thresholds for key, (_, thresholds) in ctx.split_columns.items()}
     )
+    replayed = ReplayedInputs(tuple(ctx.replayed_columns))
     read = program.columns_read("x")
     if read is not None:
         ctx.schema.unread = (
@@ -116,6 +120,7 @@ def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None 
             - read
             - ctx.schema.vocabularies.keys()
             - {source for source, _ in split_inputs.keys}
+            - replayed.sources
         )
     # A converter may vouch that the source accepts NaN where probing cannot ask it
     # (xgboost.Booster predicts only on a DMatrix).
@@ -132,6 +137,7 @@ def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None 
     return Traced(
         program, ctx.schema, heads.classes, methods, report, splits, dtype, decisions,
         split_inputs if split_inputs.keys else None, recorded(ctx.steps), explanation,
+        replayed if replayed.maps else None,
     )  # fmt: skip
 
 
@@ -192,6 +198,10 @@ def _on_background(table: lz.LazyTensor, ctx: Context, sample: Any, where: str) 
     splits = SplitInputs.of({key: t for key, (_, t) in ctx.split_columns.items()})
     if splits.keys:
         feed.update(splits.encode(feed["x"]))
+    if ctx.replayed_columns:
+        replayed = ReplayedInputs(tuple(ctx.replayed_columns))
+        numeric = [c.name for c in ctx.schema.columns if c.kind == "numeric"]
+        feed.update(replayed.encode(feed["x"], float32_table=arrives_float32(sample, numeric)))
     program = ctx.builder.build({"contributions": table})
     return np.asarray(lz.run_program(program, feed)["contributions"], np.float64)
 
@@ -371,6 +381,7 @@ class CompiledModel:
         self._float32 = Float32Inputs.of(traced.decisions) if self._dtype == np.float64 else None
         self._numeric = [c.name for c in self.schema.columns if c.kind == "numeric"]
         self._split_inputs = traced.split_inputs
+        self._replayed_inputs = traced.replayed_inputs
         #: The explanation program, compiled on first use (:meth:`_explainer`).
         self._explainer_runner: Callable[[Mapping[str, np.ndarray]], Any] | None = None
         self._decoders = _decoders(traced)
@@ -485,6 +496,9 @@ class CompiledModel:
 
     def _to_feed(self, data: Any, *, check_nan: bool) -> tuple[dict[str, np.ndarray], int]:
         feed, rows = self.schema.to_feed(data, self._dtype, check_nan=check_nan)
+        if self._replayed_inputs is not None:  # from the values as sent, before any move
+            float32_table = arrives_float32(data, self._numeric)
+            feed.update(self._replayed_inputs.encode(feed["x"], float32_table=float32_table))
         if self._float32 is not None and arrives_float32(data, self._numeric):
             self._float32.apply(feed["x"], self.schema.names)  # a copy: the dtypes differ
         if self._split_inputs is not None:

@@ -21,7 +21,7 @@ import lazy as lz
 
 from ..context import Context
 from ..errors import UnsupportedError
-from ..features import Features, Heads, Step
+from ..features import Arithmetic, Clip, Features, Heads, Step
 from ..registry import register, unsupported_param
 from .discretization import ExactTests, above
 
@@ -62,17 +62,10 @@ def _center_and_scale(
     c = None if center is None else np.asarray(center, np.float64)
     s = None if scale is None else np.asarray(scale, np.float64)
 
-    def replay(j: int) -> Step:  # non-decreasing: scale_ > 0 (zero variances are scaled by 1)
-        def step(v: np.ndarray) -> np.ndarray:
-            if params_in_input_dtype:
-                if c is not None:
-                    v = v - c[j].astype(v.dtype)
-                return v if s is None else v / s[j].astype(v.dtype)
-            if c is not None:
-                v = _in_place(v, np.subtract, c[j])
-            return v if s is None else _in_place(v, np.divide, s[j])
-
-        return step
+    def replay(j: int) -> tuple[Step, ...]:  # non-decreasing: scale_ > 0 (zero variances: 1)
+        steps = [] if c is None else [Arithmetic(np.subtract, c[j], params_in_input_dtype)]
+        steps += [] if s is None else [Arithmetic(np.divide, s[j], params_in_input_dtype)]
+        return tuple(steps)
 
     return Heads.transformed(features.mapped(x, replay))
 
@@ -85,22 +78,13 @@ def min_max_scaler(est: Any, features: Features, ctx: Context) -> Heads:
         x = lz.minimum(lz.maximum(x, low), high)
     scale, shift = np.asarray(est.scale_, np.float64), np.asarray(est.min_, np.float64)
 
-    def replay(j: int) -> Step | None:
+    def replay(j: int) -> tuple[Step, ...] | None:
         if not scale[j] > 0:  # a reversed or degenerate range is not non-decreasing
             return None
-
-        def step(v: np.ndarray) -> np.ndarray:
-            v = _in_place(_in_place(v, np.multiply, scale[j]), np.add, shift[j])
-            return np.clip(v, v.dtype.type(low), v.dtype.type(high)) if est.clip else v
-
-        return step
+        steps = (Arithmetic(np.multiply, scale[j]), Arithmetic(np.add, shift[j]))
+        return (*steps, Clip(low, high)) if est.clip else steps
 
     return Heads.transformed(features.mapped(x, replay))
-
-
-def _in_place(v: np.ndarray, op: np.ufunc, param: np.float64) -> np.ndarray:
-    """``v op= param`` as numpy computes it in place: in float64, rounded to ``v``'s dtype."""
-    return op(v.astype(np.float64), param).astype(v.dtype)
 
 
 @register(MaxAbsScaler, methods=("transform",), limits="dense input; `clip`", exactness=FOLDED)
@@ -110,7 +94,7 @@ def max_abs_scaler(est: Any, features: Features, ctx: Context) -> Heads:
         return heads
     x = lz.minimum(lz.maximum(heads.outputs["transform"], -1.0), 1.0)  # NaN stays NaN
     clipped = Features(x, heads.features().sources, heads.maps)
-    return Heads.transformed(clipped.mapped(x, lambda j: lambda v: np.clip(v, -1.0, 1.0)))
+    return Heads.transformed(clipped.mapped(x, lambda j: Clip(-1.0, 1.0)))
 
 
 @register(

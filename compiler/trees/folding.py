@@ -12,8 +12,10 @@ The split then reads the raw float64 column, and a NaN goes where ``g(NaN)`` (an
 goes, or where the source sends missing values. Exact for every float64 input, and the folded
 steps cost nothing per row.
 
-A column no map describes is compared as computed: exact where its values are (one-hot flags,
-category codes), else computed in float64 by the steps feeding it
+A source comparing ``float32(v)`` reads mapped features as the host's float32 replay of the
+steps instead (:mod:`compiler.replayed_columns`): its thresholds stand, and the graph compares
+float32. A column no map describes is compared as computed: exact where its values are (one-hot
+flags, category codes), else computed in float64 by the steps feeding it
 (:func:`~compiler.monotone.computed_as_source`).
 """
 
@@ -43,7 +45,8 @@ FLOAT64_SPLITS = (
 )
 FLOAT32_SPLITS = (
     "splits compare float32(x) as the source does (float32 input on raw columns); behind "
-    "scalers they are folded onto the raw float64 columns"
+    "scalers and imputers the host replays the steps as the source computes them and sends "
+    "float32(v)"
 )
 
 
@@ -89,14 +92,17 @@ def exact_splits(
     if not any(mapped[f] for f in read):
         record_thresholds(ensemble, as_read, ctx)
         return ensemble, features.values
-    # The new matrix: the raw columns the maps read (float64, or float32 split codes deciding
-    # alike), then the other columns read as computed.
     order = sorted(read)
     codes = ctx.options.split_codes
     if codes is None:  # where the kernel's compares outweigh the encoding
         encoded = frozenset(f for f in order if mapped[f])
         columns = len({(maps[f].source, maps[f].fill) for f in encoded})  # type: ignore[union-attr]
         codes = split_codes_pay(ensemble, encoded, columns)
+        if codes and ensemble.float32_inputs:  # the host's replay costs what encoding does
+            replay = [mapped[f] for f in order]
+            return _replayed(ensemble, features, maps, replay, order, as_read, ctx)
+    # The new matrix: the raw columns the maps read (float64, or float32 split codes deciding
+    # alike), then the other columns read as computed.
     x, column = raw_matrix(features, ctx, order, [mapped[f] for f in order], splits=codes)
     trees = _fold_trees(ensemble, maps, mapped, column, ctx)
     folded = sum(1 for f in read if mapped[f] and maps[f].steps)  # type: ignore[union-attr]
@@ -107,6 +113,62 @@ def exact_splits(
         + (f" ({folded} computed features folded into thresholds)" if folded else "")
     )
     return result, x
+
+
+def _replayed(
+    ensemble: Ensemble,
+    features: Features,
+    maps: tuple[ColumnMap | None, ...],
+    mapped: list[bool],
+    order: list[int],
+    as_read: list[int | None],
+    ctx: Context,
+) -> tuple[Ensemble, lz.LazyTensor]:
+    """A float32-comparing ensemble over the features it reads (``order``), the mapped ones
+    replayed by the host as the source computes them (:mod:`compiler.replayed_columns`): its
+    thresholds stand, and the splits compare float32. Each replayed feature's thresholds are
+    still folded onto its raw column, for the gate's probes and float32 tables' moves."""
+    columns = []
+    for f, replay in zip(order, mapped, strict=True):
+        if replay:
+            columns.append(lz.expand_dims(ctx.replayed_column(maps[f]), 1))  # type: ignore[arg-type]
+            continue
+        value = features.select([f]).values  # float32(v) is the source's own rounding
+        columns.append(value if value.dtype == "float32" else lz.cast(value, "float32"))
+    x = columns[0] if len(columns) == 1 else lz.concat(columns, axis=1)
+    column = {f: i for i, f in enumerate(order)}
+    trees = _fold_trees(ensemble, maps, [False] * len(maps), column, ctx)
+    replayed = set(f for f, replay in zip(order, mapped, strict=True) if replay)
+    record_thresholds(ensemble, [None if f in replayed else c for f, c in enumerate(as_read)], ctx)
+    for f, replay in zip(order, mapped, strict=True):
+        mapping = maps[f]
+        if replay and mapping is not None:
+            t = np.concatenate(
+                [tree.threshold[~tree.is_leaf & (tree.feature == f)] for tree in ensemble.trees]
+            )
+            folded, nan_left = _fold_splits(mapping, t, True)
+            t32, nan_left32 = _fold_splits(mapping, t, True, np.float32)
+            _decides(mapping.source, folded, nan_left, t32, nan_left32, ctx)
+    result = Ensemble(trees, len(order), float32_inputs=True, in_order=ensemble.in_order)
+    ctx.note(f"splits exact on {sum(mapped)} computed features the host replays in float32")
+    return result, x
+
+
+def _decides(
+    source: int,
+    folded: np.ndarray,
+    nan_left: np.ndarray | None,
+    t32: np.ndarray,
+    nan_left32: np.ndarray | None,
+    ctx: Context,
+) -> None:
+    ctx.decides_at(
+        source,
+        folded,
+        "split threshold",
+        float32_values=t32,
+        float32_nan_differs=answers_differ(nan_left, nan_left32),
+    )
 
 
 def record_thresholds(ensemble: Ensemble, raw: Sequence[int | None], ctx: Context) -> None:
@@ -155,13 +217,7 @@ def _fold_trees(
             folded, nan_left = _fold_splits(mapping, t, ensemble.float32_inputs)
             t32, nan_left32 = _fold_splits(mapping, t, ensemble.float32_inputs, np.float32)
         ctx.splits_at(mapping.source, mapping.fill, folded)
-        ctx.decides_at(
-            mapping.source,
-            folded,
-            "split threshold",
-            float32_values=t32,
-            float32_nan_differs=answers_differ(nan_left, nan_left32),
-        )
+        _decides(mapping.source, folded, nan_left, t32, nan_left32, ctx)
         at = np.cumsum([0, *(len(n) for n in nodes)])
         for i, n in enumerate(nodes):
             threshold[i][n] = folded[at[i] : at[i + 1]]

@@ -1,0 +1,119 @@
+"""Float32-comparing splits (scikit-learn's trees, XGBoost) on scaled and imputed features read
+the host's float32 replay of the steps (compiler/replayed_columns.py) where encoding pays (each
+value compared often: the ensembles here are large enough): the graph compares float32 only,
+and every answer is the source's, on float64 and on float32 tables, on rows exactly on the
+thresholds and one float64 step either side."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.compose import ColumnTransformer
+from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier
+from sklearn.impute import SimpleImputer
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import MinMaxScaler, OneHotEncoder, StandardScaler
+from xgboost import XGBClassifier
+
+import compiler
+import lazy as lz
+from tests.compiler.test_split_codes import _probes
+
+MODELS = {
+    "forest": lambda: RandomForestClassifier(20, max_depth=8, random_state=0),
+    "gbc": lambda: GradientBoostingClassifier(n_estimators=120, random_state=0),
+    "xgboost": lambda: XGBClassifier(n_estimators=80, max_depth=4, random_state=0),
+}
+
+
+def _frame(n: int, seed: int) -> pd.DataFrame:
+    """Integer counts, a binary flag, prices to the cent, a continuous column, NaN in three of
+    them, and a category."""
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame(
+        {
+            "count": rng.integers(0, 7, n).astype(float),
+            "flag": (rng.random(n) < 0.3).astype(float),
+            "price": np.round(rng.gamma(2.0, 20.0, n), 2),
+            "v": rng.normal(0.0, 3.0, n),
+            "plan": rng.choice(["free", "pro", "team"], n),
+        }
+    )
+    for column in ("count", "price", "v"):
+        df.loc[rng.random(n) < 0.05, column] = np.nan
+    return df
+
+
+def _fit(model: str, scaler: object) -> tuple[object, pd.DataFrame]:
+    df = _frame(4000, 0)
+    v = df["v"].fillna(0.0)
+    y = ((df["count"].fillna(3) > 2) ^ (df["plan"] == "pro") ^ (np.sin(v) > 0)).to_numpy(int)
+    numeric = ["count", "flag", "price", "v"]
+    ct = ColumnTransformer(
+        [
+            ("num", make_pipeline(SimpleImputer(), scaler), numeric),
+            ("cat", OneHotEncoder(handle_unknown="ignore"), ["plan"]),
+        ]
+    )
+    return make_pipeline(ct, MODELS[model]()).fit(df, y), df
+
+
+def _compares(program: lz.Program) -> set[str]:
+    """The dtypes the graph's comparisons and tree walks read."""
+    walks = {lz.Op.LT, lz.Op.LE, lz.Op.GT, lz.Op.GE, lz.Op.FOREST_SUM}
+    return {
+        node.inputs[0].dtype for graph in program.graphs for node in graph.order if node.op in walks
+    }
+
+
+@pytest.mark.parametrize("scaler", [StandardScaler, MinMaxScaler])
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_replayed_features_decide_as_the_source(model: str, scaler: type) -> None:
+    pipe, df = _fit(model, scaler())
+    compiled = compiler.compile(pipe, options=compiler.CompileOptions(max_batch=256))
+    assert "the host replays in float32" in compiled.report.steps[-1].detail
+    program = compiled.traced.program
+    assert sum(name.startswith("replay:") for name in program.input_names) == 4
+    assert _compares(program) == {"float32"}
+    probe = _probes(df)
+    np.testing.assert_array_equal(compiled.predict(probe), pipe.predict(probe))
+    np.testing.assert_allclose(compiled.predict_proba(probe), pipe.predict_proba(probe), atol=1e-6)
+    # A float32 table: scikit-learn scales it in float32 arithmetic, and so does the replay.
+    as32 = probe.astype({c: np.float32 for c in ("count", "flag", "price", "v")})
+    np.testing.assert_array_equal(compiled.predict(as32), pipe.predict(as32))
+
+
+@pytest.mark.parametrize("split_codes", [True, False])
+def test_a_forced_split_codes_option_folds_onto_the_raw_columns(split_codes: bool) -> None:
+    pipe, df = _fit("forest", StandardScaler())
+    options = compiler.CompileOptions(max_batch=256, split_codes=split_codes)
+    compiled = compiler.compile(pipe, options=options)
+    assert "folded into thresholds" in compiled.report.steps[-1].detail
+    assert not any(n.startswith("replay:") for n in compiled.traced.program.input_names)
+    probe = _probes(df)
+    np.testing.assert_array_equal(compiled.predict(probe), pipe.predict(probe))
+
+
+def test_a_small_boosting_ensemble_folds_where_replaying_would_not_pay() -> None:
+    """20 trees of depth 3 compare each of 4 columns a few dozen times per row: fewer than the
+    replay's cost per value buys back (compiler/trees/cost.py), so the splits are folded."""
+    df = _frame(2000, 0)
+    y = (df["price"].fillna(0.0) > 40).to_numpy(int)
+    scaled = make_pipeline(SimpleImputer(), StandardScaler())
+    pipe = make_pipeline(scaled, GradientBoostingClassifier(n_estimators=20, random_state=0))
+    pipe.fit(df[["count", "flag", "price", "v"]], y)
+    compiled = compiler.compile(pipe)
+    assert "folded into thresholds" in compiled.report.steps[-1].detail
+
+
+def test_contributions_of_replayed_features_are_the_folded_ones() -> None:
+    """TreeSHAP walks the same splits either way: the replayed model's contributions equal the
+    folded model's (forced split codes), row for row."""
+    pipe, df = _fit("gbc", StandardScaler())
+    rows = _probes(df).iloc[:300]
+    replayed = compiler.compile(pipe, options=compiler.CompileOptions(explain=True))
+    folded = compiler.compile(pipe, options=compiler.CompileOptions(explain=True, split_codes=True))
+    np.testing.assert_allclose(
+        replayed.contributions(rows), folded.contributions(rows), rtol=0, atol=1e-9
+    )
