@@ -14,5 +14,8 @@ def test_the_threads_bench_times_one_and_two_threads() -> None:
     )
     line = next(row for row in stdout.splitlines() if row.startswith("| scaled_lr | 5,000 |"))
     one, two, speedup = re.findall(r"\| ([\d.]+)x? ", line + " ")[-3:]
-    assert float(one) > 0 and float(two) > 0
-    assert abs(float(one) / float(two) - float(speedup)) < 0.01 + 0.01 * float(speedup)
+    t1, t2, ratio = float(one), float(two), float(speedup)
+    assert t1 > 0 and t2 > 0
+    # The speed-up comes from the unrounded times; each is printed to 0.01 ms.
+    half = 0.005
+    assert (t1 - half) / (t2 + half) - half <= ratio <= (t1 + half) / (t2 - half) + half, line
