@@ -93,8 +93,8 @@ def _binary(fn: Any) -> Rule:
 
 def _divide(n: Node, a: list[Any], low: Lowering) -> Any:
     # XLA's algebraic simplifier turns a division by a broadcast value (a fitted scale, a
-    # constant) into a multiplication by its reciprocal, which rounds twice: about a quarter of
-    # the quotients come out one ulp off numpy's. float64 steps compute as their source does
+    # constant) into a multiplication by its reciprocal, which rounds twice (docs/exactness.md
+    # has how often that misses numpy's quotient). float64 steps compute as their source does
     # (the values may reach decisions), so there the divisor is broadcast behind a barrier the
     # simplifier cannot see through; float32 steps are within tolerance either way and keep
     # the cheaper product.
