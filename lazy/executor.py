@@ -245,11 +245,16 @@ class CompiledGraph:
         )
         if options.optimize:
             graph = optimize(graph)
-        both = verify(inline_params(graph, options.param_mode.inline_max_elements))
+        policy = options.dtype_policy
+        inline = options.param_mode.inline_max_elements
         #: What the backend compiles, and what host placement runs: each keeps its own
-        #: formulation of every VARIANT (the same graph where there is none).
-        self.graph = graph = specialize(both, self.backend.target)
-        self.host_graph = specialize(both, "host")
+        #: formulation of every VARIANT (the same graph where there is none). Where the backend
+        #: reads subnormals as zero, its comparisons read subnormal parameters moved off them.
+        device = specialize(graph, self.backend.target)
+        if self.backend.target != "host":
+            device = subnormals.for_flushing(device, self.backend, policy)
+        self.host_graph = verify(inline_params(specialize(graph, "host"), inline))
+        self.graph = graph = verify(inline_params(device, inline))
         unlowered = {n.op for n, _ in within(graph.order)} - self.backend.rules.keys()
         if unlowered:
             names = ", ".join(sorted(op.name for op in unlowered))
@@ -259,7 +264,6 @@ class CompiledGraph:
                 "lz.variant)"
             )
         self.cache = cache if cache is not None else default_cache()
-        policy = options.dtype_policy
         self._policy = policy
         call_rows = options.call_rows
         if call_rows is None:

@@ -99,10 +99,8 @@ def exact_splits(
         encoded = frozenset(f for f in order if mapped[f])
         columns = len({(maps[f].source, maps[f].fill) for f in encoded})  # type: ignore[union-attr]
         codes = split_codes_pay(ensemble, encoded, columns)
-        # The host's replay costs what encoding does. Not for in-order sums (XGBoost): on XLA
-        # its replayed model took other branches on some rows, which the host kernels did
-        # not; the cause is not yet found, so XGBoost keeps the folded splits.
-        if codes and ensemble.float32_inputs and not ensemble.in_order:
+        # The host's replay costs what encoding does.
+        if codes and ensemble.float32_inputs:
             replay = [mapped[f] for f in order]
             return _replayed(ensemble, features, maps, replay, order, as_read, ctx)
     # The new matrix: the raw columns the maps read (float64, or float32 split codes deciding

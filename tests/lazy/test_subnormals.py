@@ -88,3 +88,81 @@ def test_only_inputs_reaching_a_decision_outside_a_sum_are_checked() -> None:
         }
     )
     assert subnormals.decision_inputs(graph) == {"split", "cast"}
+
+
+LARGEST_SUB32 = float(np.nextafter(F32(NORMAL32), F32(0)))
+COMPARISONS = {
+    "gt": lambda a, b: a > b,
+    "le": lambda a, b: a <= b,
+    "lt": lambda a, b: a < b,
+    "ge": lambda a, b: a >= b,
+    "eq": lambda a, b: a == b,
+    "ne": lambda a, b: a != b,
+}
+
+
+def _compared(compare, t: np.ndarray, param_left: bool) -> lz.Graph:
+    """``x`` against the thresholds ``t`` (a (K,) parameter) twice: gathered per column, and
+    read as a loop invariant gathered inside the body (as the tree walks read theirs)."""
+    b = lz.Builder()
+    x = b.input("x", (len(t),))
+    param = b.param(t, "t")
+    wide = lz.take(param, lz.const(np.arange(len(t), dtype=np.int32)), axis=0)
+
+    def step(i, carry, x, t):
+        read, column = lz.take(t, i, axis=0), lz.take(x, i, axis=1)
+        hit = compare(read, column) if param_left else compare(column, read)
+        return lz.update(carry, i, lz.cast(hit, "float32"), axis=1)
+
+    looped = lz.fori_loop(len(t), step, x * 0.0, x, param)
+    direct = compare(wide, x) if param_left else compare(x, wide)
+    return b.graph({"direct": lz.cast(direct, "float32"), "looped": looped})
+
+
+@pytest.mark.parametrize("param_left", [False, True], ids=["x-op-t", "t-op-x"])
+@pytest.mark.parametrize("op", sorted(COMPARISONS))
+def test_subnormal_thresholds_order_every_input_as_numpy_does(op: str, param_left: bool) -> None:
+    """A flushing backend reads a subnormal threshold as zero, and zero lies on its other side:
+    the device graph's comparisons read it moved off the subnormals (both signs, the smallest
+    and the largest), and every input, the subnormal ones too, is decided as numpy decides."""
+    t = np.array([-TINY32, TINY32, -LARGEST_SUB32, LARGEST_SUB32, 0.0, 1.0], F32)
+    values = [0.0, -0.0, TINY32, -TINY32, LARGEST_SUB32, -LARGEST_SUB32, NORMAL32, -NORMAL32, 1.0]
+    x = np.repeat(np.array(values, F32)[:, None], len(t), axis=1)
+    graph = _compared(COMPARISONS[op], t, param_left)
+    device = lz.compile(graph, lz.Options(max_batch=16, call_rows=16, host_rows=0))
+    host = lz.compile(graph, lz.Options(max_batch=16, call_rows=16, backend="numpy"))
+    got, want = device({"x": x}), host({"x": x})
+    for head in ("direct", "looped"):
+        np.testing.assert_array_equal(got[head], want[head], err_msg=head)
+    compiled = device.graphs[0]
+    if subnormals.flushes(compiled.backend, lz.DTypePolicy.X32):
+        moved = compiled.graph.params["t"]
+        assert not np.any((moved != 0) & (np.abs(moved) < NORMAL32))
+        assert compiled.host_graph.params["t"].tobytes() == t.tobytes()  # the host's own
+
+
+def test_parameters_with_other_uses_keep_their_subnormals() -> None:
+    """Moved only where every use is a comparison rounding one way: not an arithmetic operand,
+    not a threshold compared from both sides."""
+    t = np.array([-TINY32, TINY32], F32)
+    b = lz.Builder()
+    x = b.input("x", (2,))
+    shifted = b.param(t, "shifted")
+    both_ways = b.param(t, "both_ways")
+    alone = b.param(t, "alone")
+    graph = b.graph(
+        {
+            "a": x > shifted,
+            "b": x + shifted,
+            "c": (x > both_ways) & (x < both_ways),
+            "d": (x > alone) | (x <= lz.reshape(alone, (1, 2))),
+        }
+    )
+    jax = lz.get_backend("jax")
+    if not subnormals.flushes(jax, lz.DTypePolicy.X32):
+        pytest.skip("this backend keeps subnormals: nothing is moved")
+    moved = subnormals.for_flushing(graph, jax, lz.DTypePolicy.X32).params
+    assert moved["shifted"].tobytes() == moved["both_ways"].tobytes() == t.tobytes()
+    assert moved["alone"].tolist() == [-NORMAL32, 0.0]
+    # A backend that keeps subnormals (the host) gets the graph as it is.
+    assert subnormals.for_flushing(graph, lz.get_backend("numpy"), lz.DTypePolicy.X32) is graph

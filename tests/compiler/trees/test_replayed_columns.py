@@ -1,4 +1,4 @@
-"""Float32-comparing splits (scikit-learn's trees) on scaled and imputed features read
+"""Float32-comparing splits (scikit-learn's trees, XGBoost) on scaled and imputed features read
 the host's float32 replay of the steps (compiler/replayed_columns.py) where encoding pays (each
 value compared often: the ensembles here are large enough): the graph compares float32 only,
 and every answer is the source's, on float64 and on float32 tables, on rows exactly on the
@@ -23,6 +23,8 @@ from tests.compiler.test_split_codes import _probes
 MODELS = {
     "forest": lambda: RandomForestClassifier(20, max_depth=8, random_state=0),
     "gbc": lambda: GradientBoostingClassifier(n_estimators=120, random_state=0),
+    # Its replayed features hold an imputed mean as exactly 0.0, where it splits ``x < 0.0``.
+    "xgboost": lambda: XGBClassifier(n_estimators=80, max_depth=4, random_state=0),
 }
 
 
@@ -94,19 +96,6 @@ def test_a_forced_split_codes_option_folds_onto_the_raw_columns(split_codes: boo
     compiled = compiler.compile(pipe, options=options)
     assert "folded into thresholds" in compiled.report.steps[-1].detail
     assert not any(n.startswith("replay:") for n in compiled.traced.program.input_names)
-    probe = _probes(df)
-    np.testing.assert_array_equal(compiled.predict(probe), pipe.predict(probe))
-
-
-def test_xgboost_keeps_folded_splits_and_decides_as_the_source_on_the_device() -> None:
-    """XGBoost's in-order sums are left out of replaying (compiler/trees/folding.py)."""
-    MODELS["xgboost"] = lambda: XGBClassifier(n_estimators=80, max_depth=4, random_state=0)
-    try:
-        pipe, df = _fit("xgboost", StandardScaler())
-    finally:
-        del MODELS["xgboost"]
-    compiled = compiler.compile(pipe, options=compiler.CompileOptions(host_rows=0))
-    assert "folded into thresholds" in compiled.report.steps[-1].detail
     probe = _probes(df)
     np.testing.assert_array_equal(compiled.predict(probe), pipe.predict(probe))
 
