@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -405,6 +406,20 @@ class CompiledModel:
         #: Heads whose output row is NaN whenever its input row has a NaN the model must refuse:
         #: for these the per-request path looks for NaN in the output, not in the whole input.
         self.nan_checked_on_output = _heads_surfacing_nan(traced, stages)
+
+    @property
+    def formulations(self) -> tuple[str, ...]:
+        """Where its graphs may run: the device lowering and the host plan (``lazy.DEVICE``,
+        ``lazy.HOST``), the host alone, or none to choose from (the interpreter)."""
+        compiled = getattr(self, "compiled", None)
+        return () if compiled is None else compiled.formulations
+
+    @contextlib.contextmanager
+    def pinned(self, formulation: str) -> Iterator[None]:
+        """Within, its graphs run on ``formulation`` whatever their placement
+        (:meth:`lazy.CompiledProgram.pinned`): the parity gate checks each formulation."""
+        with self.compiled.pinned(formulation):
+            yield
 
     @property
     def statistics(self) -> tuple[ColumnStatistics, ...]:

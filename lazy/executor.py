@@ -11,12 +11,13 @@ each chunk's rows start on a 64-byte boundary where the caller's array allows it
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import statistics
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -306,6 +307,28 @@ class CompiledGraph:
             i for i, (name, *_) in enumerate(self._inputs) if name in decisive
         ]
         self._flushes = bool(self._subnormal_inputs) and subnormals.flushes(self.backend, policy)
+        self._pinned: str | None = None  # see :meth:`pinned`
+
+    @property
+    def formulations(self) -> tuple[str, ...]:
+        """Where this graph's buckets may run: the device lowering and the host plan, or the
+        host alone (a host backend)."""
+        return (HOST,) if self.backend.target == "host" else (DEVICE, HOST)
+
+    @contextlib.contextmanager
+    def pinned(self, formulation: str) -> Iterator[None]:
+        """Within, every call runs on ``formulation`` (:attr:`formulations`), whatever each
+        bucket's placement: a registration gate checks each, since a plan made on another
+        machine, or another measurement, may place the buckets otherwise. The device runs every
+        chunk padded into its largest bucket: warm-up compiled that one wherever it placed or timed
+        it on the device. For a graph that does not serve meanwhile."""
+        if formulation not in self.formulations:
+            raise ValueError(f"no {formulation!r} formulation; this graph has {self.formulations}")
+        self._pinned = formulation
+        try:
+            yield
+        finally:
+            self._pinned = None
 
     @property
     def backends(self) -> str:
@@ -475,7 +498,7 @@ class CompiledGraph:
         one-row ``predict_proba`` of a logistic regression skips the ``predict`` head's calls. A
         device executable computes every output in one call anyway: its results are picked."""
         arrays, rows = self._validate(inputs)
-        if 0 < rows <= self.buckets.max_batch:
+        if 0 < rows <= self.buckets.max_batch and self._pinned is None:
             index = self.buckets.index(rows)
             bucket = self._buckets[index]
             if bucket.on_host:
@@ -563,10 +586,22 @@ class CompiledGraph:
         with self._stats_lock:  # chunks may run on several threads (lazy.threads)
             self.stats.chunks += 1
         bucket = self._buckets[index]
-        on_device = route is None and self._flushes and not bucket.on_host
-        route = route or bucket.route or self._bind(index, CompileCause.ON_DEMAND)
+        if route is None and self._pinned is not None:
+            on_device = self._pinned == DEVICE and self._flushes
+            route, index = self._pinned_route(index)
+        else:
+            on_device = route is None and self._flushes and not bucket.on_host
+            route = route or bucket.route or self._bind(index, CompileCause.ON_DEMAND)
         outs = self._call(route, index, arrays, rows)
         return self._subnormals_on_host(arrays, outs) if on_device else outs
+
+    def _pinned_route(self, index: int) -> tuple[tuple[Executable, Any], int]:
+        """The route of :meth:`pinned`'s formulation for bucket ``index``, and the bucket it
+        runs in."""
+        if self._pinned == HOST:
+            return self._host_route(self._sizes[index], CompileCause.ON_DEMAND), index
+        largest = len(self._buckets) - 1
+        return (self._device(largest, CompileCause.WARMUP), self._params), largest
 
     def _subnormals_on_host(
         self, arrays: list[np.ndarray], outs: list[np.ndarray]
@@ -698,6 +733,26 @@ class CompiledProgram:
     @property
     def graphs(self) -> list[CompiledGraph]:
         return [s for s in self.stages if isinstance(s, CompiledGraph)]
+
+    @property
+    def formulations(self) -> tuple[str, ...]:
+        """Where its graphs may run (:attr:`CompiledGraph.formulations`, over every graph)."""
+        found = {f for g in self.graphs for f in g.formulations}
+        return tuple(f for f in (DEVICE, HOST) if f in found)
+
+    @contextlib.contextmanager
+    def pinned(self, formulation: str) -> Iterator[None]:
+        """Every graph that has ``formulation`` runs on it within (:meth:`CompiledGraph.pinned`);
+        the others as placed."""
+        if formulation not in self.formulations:
+            raise ValueError(
+                f"no {formulation!r} formulation; this program has {self.formulations}"
+            )
+        with contextlib.ExitStack() as stack:
+            for graph in self.graphs:
+                if formulation in graph.formulations:
+                    stack.enter_context(graph.pinned(formulation))
+            yield
 
     @property
     def ready(self) -> bool:

@@ -12,6 +12,7 @@ failing row: the sample or synthetic row, or the probe (column, step, value).
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -274,18 +275,49 @@ def check_parity(
     labels: Sequence[str] | None = None,
 ) -> ParityResult:
     """Compare every compiled method with the source on ``rows`` (``labels``: what each row is,
-    for the failure message)."""
+    for the failure message), on each formulation the model's graphs have: the device lowering
+    and the host plan, whatever the buckets' placement. A plan made on another machine, or
+    another measurement on this one, may place a bucket on either, and each must answer as the
+    source does."""
     n = len(rows)
 
     def what(row: int) -> str:
         return labels[row] if labels is not None else f"row {row}"
 
-    compiled = {m: side_by_side(v) for m, v in model.outputs(rows).items()}
     expected = {m: side_by_side(source_method(estimator, m)(rows)) for m in model.methods}
-    results, problems = compare(
-        compiled, expected, n, labels=model.classes_ is not None, rtol=rtol, atol=atol, what=what
-    )
+    formulations = model.formulations
+    runs: list[tuple[str | None, list[MethodParity], list[str]]] = []
+    for formulation in formulations if len(formulations) > 1 else (None,):
+        with model.pinned(formulation) if formulation else contextlib.nullcontext():
+            compiled = {m: side_by_side(v) for m, v in model.outputs(rows).items()}
+        results, problems = compare(
+            compiled,
+            expected,
+            n,
+            labels=model.classes_ is not None,
+            rtol=rtol,
+            atol=atol,
+            what=what,
+        )
+        runs.append((formulation, results, problems))
+    problems = [
+        f"on the {formulation} plan: {problem}" if formulation else problem
+        for formulation, _, found in runs
+        for problem in found
+    ]
+    results = [_worst(per_method) for per_method in zip(*(r for _, r, _ in runs), strict=True)]
     return ParityResult(not problems, n, source, results, "; ".join(problems) or None)
+
+
+def _worst(results: Sequence[MethodParity]) -> MethodParity:
+    """One method's results on several formulations, as the worst of them."""
+    diffs = [r.max_abs_diff for r in results if r.max_abs_diff is not None]
+    return MethodParity(
+        results[0].method,
+        max(diffs) if diffs else None,
+        max(r.mismatched_rows for r in results),
+        max(r.tie_rows for r in results),
+    )
 
 
 def compare(

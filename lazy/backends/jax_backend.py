@@ -23,7 +23,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import serialize_executable
 
-from ..dtypes import DTypePolicy
+from ..dtypes import FLOATS, DTypePolicy
 from ..errors import BackendError
 from ..graph import Graph
 from ..node import Node
@@ -103,6 +103,29 @@ def _divide(n: Node, a: list[Any], low: Lowering) -> Any:
     if jnp.result_type(x, y) == jnp.float64 and jnp.shape(y) != shape:
         y = lax.optimization_barrier(jnp.broadcast_to(y, shape))
     return jnp.divide(x, y)
+
+
+# Ops that move a mask's values without changing them (XLA's simplifier looks through them).
+_LAYOUT = frozenset({Op.RESHAPE, Op.BROADCAST, Op.TRANSPOSE, Op.SLICE})
+
+
+def _is_mask(node: Node) -> bool:
+    """Whether ``node`` is a boolean cast to a number, perhaps moved by layout ops."""
+    while node.op in _LAYOUT:
+        node = node.inputs[0]
+    return node.op is Op.CAST and node.inputs[0].dtype == "bool"
+
+
+def _multiply(n: Node, a: list[Any], low: Lowering) -> Any:
+    # XLA's algebraic simplifier turns ``convert(mask) * x`` into ``select(mask, x, 0)``, which
+    # answers 0 where numpy's ``0.0 * x`` is NaN (x NaN or infinite) or -0.0 (x negative). The
+    # same select, with numpy's product as its other branch, keeps every bit and still fuses.
+    x, y = a
+    if n.dtype in FLOATS:
+        for operand, mask, value in ((0, x, y), (1, y, x)):
+            if _is_mask(n.inputs[operand]):
+                return jnp.where(mask != 0, value, value * 0)
+    return jnp.multiply(x, y)
 
 
 def _remainder(n: Node, a: list[Any], low: Lowering) -> Any:
@@ -265,7 +288,7 @@ RULES: dict[Op, Rule] = {
     Op.CTZ: _unary(_ctz),
     Op.ADD: _binary(jnp.add),
     Op.SUB: _binary(jnp.subtract),
-    Op.MUL: _binary(jnp.multiply),
+    Op.MUL: _multiply,
     Op.DIV: _divide,
     Op.POW: _binary(jnp.power),
     Op.REMAINDER: _remainder,

@@ -176,6 +176,30 @@ def test_host_placement_runs_the_host_formulation_of_a_variant(cache) -> None:
         np.testing.assert_allclose(compiled({"x": x})["y"], factor * x, rtol=1e-5)
 
 
+def test_a_pinned_formulation_runs_every_call_whatever_the_placement(cache) -> None:
+    """The parity gate pins each formulation in turn: every row count (host buckets, the device
+    bucket, chunks, one head) then runs on the pinned one, and placement resumes after."""
+    graph = _variant_graph()
+    options = lz.Options(backend=SlowJax(), max_batch=4, call_rows=4, host_rows=2)
+    program = lz.compile(graph, options, cache)
+    compiled = program.graphs[0]
+    assert program.formulations == compiled.formulations == (lz.DEVICE, lz.HOST)
+    compiles = sum(compiled.compiles.values())
+    for formulation, factor in ((lz.DEVICE, 2.0), (lz.HOST, 3.0)):
+        with program.pinned(formulation):
+            for rows in (1, 2, 3, 4, 9):
+                x = _rows(rows)
+                np.testing.assert_allclose(program({"x": x})["y"], factor * x, rtol=1e-5)
+                np.testing.assert_allclose(program.run_one({"x": x}, "y"), factor * x, rtol=1e-5)
+    assert sum(compiled.compiles.values()) == compiles  # the largest bucket was compiled
+    x = _rows(1)
+    np.testing.assert_allclose(program({"x": x})["y"], 3.0 * x, rtol=1e-5)  # placed on the host
+    with pytest.raises(ValueError, match="no 'device' formulation"):
+        numpy_only = lz.compile(graph, lz.Options(backend="numpy", max_batch=4), cache)
+        with numpy_only.pinned(lz.DEVICE):
+            pass
+
+
 @pytest.mark.parametrize("backend", ["slow-jax", "numpy"])
 def test_one_output_runs_a_host_plan_of_that_output_alone(graph, cache, monkeypatch, backend):
     plans: list[tuple[tuple[str, ...], int]] = []  # (outputs, bucket) of every host plan built

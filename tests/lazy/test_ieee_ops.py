@@ -8,6 +8,11 @@ DIV in float64 divides as IEEE does. XLA's algebraic simplifier rewrites a divis
 broadcast value (a fitted scale, a constant, a per-row norm) into a multiplication by the
 reciprocal, which rounds twice; float64 steps compute as their source does, so the jax
 lowering keeps the division there.
+
+MUL by a boolean cast to a number is numpy's product too: XLA's simplifier turns
+``convert(mask) * x`` into ``select(mask, x, 0)``, which loses ``0 * NaN = NaN``,
+``0 * inf = NaN`` and ``0 * -x = -0``; a spline basis scattered by masks then read 0 where
+scikit-learn reads NaN.
 """
 
 from __future__ import annotations
@@ -92,3 +97,32 @@ def test_float64_division_by_a_broadcast_divisor_is_numpys(backend: str) -> None
     }
     for name, expected in want.items():
         np.testing.assert_array_equal(np.asarray(got[name]), expected, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", sorted(POLICIES))
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_product_with_a_mask_is_numpys_bit_for_bit(backend: str, dtype: str) -> None:
+    values = np.array([np.nan, np.inf, -np.inf, -3.0, 0.0, -0.0, 2.5, 1e30], dtype)
+    rows = np.stack([values, np.roll(values, 3)], axis=1)  # (8, 2)
+    builder = lz.Builder()
+    x = builder.input("x", (2,), dtype)
+    code = builder.input("code", (), "int32")
+    columns = lz.const(np.arange(3, dtype=np.int32))
+    mask = lz.cast(lz.expand_dims(code, 1) == columns, dtype)  # (B, 3)
+    scattered = lz.expand_dims(mask, 2) * lz.expand_dims(x, 1)  # (B, 3, 2), mask moved first
+    graph = builder.graph({"left": scattered, "right": x * lz.cast(x > 0, dtype)})
+    options = lz.Options(backend=backend, max_batch=8, dtype_policy=POLICIES[dtype], host_rows=0)
+    codes = np.arange(8, dtype=np.int32) % 3
+    got = lz.compile(graph, options)({"x": rows, "code": codes})
+    with np.errstate(all="ignore"):
+        mask_np = (codes[:, None] == np.arange(3)).astype(dtype)
+        want = {
+            "left": mask_np[:, :, None] * rows[:, None, :],
+            "right": rows * (rows > 0).astype(dtype),
+        }
+    for name, expected in want.items():
+        out = np.asarray(got[name])
+        assert out.dtype == np.dtype(dtype)
+        bits = f"u{out.itemsize}"
+        same = (out.view(bits) == expected.view(bits)) | (np.isnan(out) & np.isnan(expected))
+        assert same.all(), (name, out[~same], expected[~same])

@@ -159,3 +159,34 @@ def test_neighbourhood_holds_both_sides_in_float64_and_float32() -> None:
     # Subnormals are outside the guarantee (XLA flushes them): never probed.
     assert not np.any((around != 0) & (np.abs(around) < np.finfo(np.float64).tiny))
     assert 0.0 in neighbourhood(np.array([0.0]))
+
+
+def test_the_gate_checks_the_device_lowering_where_the_host_won_every_bucket(monkeypatch) -> None:
+    """A plan made elsewhere may put any bucket on the device. With the device's subnormal
+    thresholds left flushed (lazy.subnormals.for_flushing undone: the fault it fixes, XGBoost's
+    ``x < 0.0`` read as ``x > -0.0``) and the host winning every bucket here, the gate still
+    refuses, naming the device plan; the host plan passes, and so does the fixed model."""
+    from xgboost import XGBClassifier
+
+    import lazy as lz
+    from lazy import executor, subnormals
+
+    x = np.random.default_rng(0).integers(-2, 3, (3000, 3)).astype(float)
+    est = XGBClassifier(n_estimators=20, max_depth=3).fit(x, (x[:, 0] >= 0) ^ (x[:, 1] > 0))
+
+    def host_wins(self, index, dummy):
+        return lz.Placement(self._buckets[index].rows, lz.HOST, "measured", 1.0, 2.0)
+
+    monkeypatch.setattr(executor.CompiledGraph, "_measure", host_wins)
+    if subnormals.flushes(lz.get_backend("jax"), lz.DTypePolicy.X32):
+        with monkeypatch.context() as undone:
+            undone.setattr(subnormals, "for_flushing", lambda graph, backend, policy: graph)
+            model = _compiled(est)
+        assert model.formulations == (lz.DEVICE, lz.HOST)
+        assert {p.runs_on for p in model.compiled.graphs[0].placements.values()} == {lz.HOST}
+        result = _gate(est, model, x[:50])
+        assert not result.ok
+        assert result.problem.startswith("on the device plan: predict: ")
+        assert "on the host plan" not in result.problem
+    result = _gate(est, _compiled(est), x[:50])
+    assert result.ok, result.problem
