@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import skops.io as sio
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
@@ -71,6 +72,7 @@ def _phases_add_up(server: LiveServer, phases: set[str]) -> None:
         assert server.metric("kestrel_model_load_phase_duration_seconds_count", phase=phase) == 1
 
 
+@pytest.mark.slow  # three server processes in turn: half a minute
 def test_replicas_follow_the_stored_plan_bit_for_bit_and_a_restart_compiles_nothing(
     tmp_path: Path,
 ) -> None:

@@ -77,6 +77,7 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     )
 
 
+@pytest.mark.slow  # a live server and the CLI over a large table: half a minute
 def test_a_stored_version_scores_offline_as_it_does_online(tmp_path: Path, churn: Any) -> None:
     """The store's version, compiled with its options, plan and cache: every answer is the
     server's, bit for bit, row order kept."""

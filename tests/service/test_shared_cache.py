@@ -92,6 +92,7 @@ def fleet(tmp_path: Path, s3: dict[str, Any]) -> Iterator[dict[str, LiveServer]]
             list(pool.map(lambda s: s.stop(), servers.values()))
 
 
+@pytest.mark.slow  # two server processes and an S3 server: half a minute
 def test_a_second_replica_is_ready_without_compiling(
     fleet: dict[str, LiveServer],
     s3: dict[str, Any],
