@@ -64,9 +64,9 @@ class Context:
         #: (graph input, the thresholds of the splits reading it).
         self._float64_splits = float64_splits
         self.split_columns: dict[Key, tuple[lz.LazyTensor, list[np.ndarray]]] = {}
-        #: The computed features the host replays for float32-comparing splits, by map
-        #: (:mod:`compiler.replayed_columns`).
-        self.replayed_columns: dict[ColumnMap, lz.LazyTensor] = {}
+        #: The computed features the host replays for float32-comparing splits, by block of
+        #: maps (:mod:`compiler.replayed_columns`).
+        self.replayed_blocks: dict[tuple[ColumnMap, ...], lz.LazyTensor] = {}
         #: What the host guarantees of graph inputs (by name): an imputed column's split codes
         #: carry its fill, never NaN.
         self.input_facts: dict[str, lz.Special] = {}
@@ -146,17 +146,17 @@ class Context:
             self.wants_float64_input = True  # the host encodes from the float64 table
         return self.split_columns[key][0]
 
-    def replayed_column(self, mapping: ColumnMap) -> lz.LazyTensor:
-        """(B,) float32: ``float32(mapping(x))`` of its raw column, computed by the host as the
-        source computes it (:mod:`compiler.replayed_columns`)."""
-        if mapping not in self.replayed_columns:
-            name = f"{REPLAY_INPUT_PREFIX}{len(self.replayed_columns)}"
-            self.replayed_columns[mapping] = self.builder.input(name, (), "float32")
-            if mapping.fill is not None and not np.isnan(mapping.fill):
+    def replayed_block(self, maps: tuple[ColumnMap, ...]) -> lz.LazyTensor:
+        """(B, k) float32: column j is ``float32(maps[j](x))`` of its raw column, computed by the
+        host as the source computes it (:mod:`compiler.replayed_columns`)."""
+        if maps not in self.replayed_blocks:
+            name = f"{REPLAY_INPUT_PREFIX}{len(self.replayed_blocks)}"
+            self.replayed_blocks[maps] = self.builder.input(name, (len(maps),), "float32")
+            if all(m.fill is not None and not np.isnan(m.fill) for m in maps):
                 self.input_facts[name] = lz.Special(nan=False, inf=True, zero=True)
         if self.raw is not None and self.raw.dtype != "float64":
             self.wants_float64_input = True  # the host replays from the float64 table
-        return self.replayed_columns[mapping]
+        return self.replayed_blocks[maps]
 
     def splits_at(self, source: int, fill: float | None, thresholds: np.ndarray) -> None:
         """Record split thresholds (tests ``x <= t``) compared with a :meth:`split_column`."""

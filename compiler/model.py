@@ -113,7 +113,7 @@ def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None 
     split_inputs = SplitInputs.of(
         {key: thresholds for key, (_, thresholds) in ctx.split_columns.items()}
     )
-    replayed = ReplayedInputs(tuple(ctx.replayed_columns))
+    replayed = ReplayedInputs(tuple(ctx.replayed_blocks))
     read = program.columns_read("x")
     if read is not None:
         ctx.schema.unread = (
@@ -138,7 +138,7 @@ def trace(estimator: Any, *, sample: Any = None, options: CompileOptions | None 
     return Traced(
         program, ctx.schema, heads.classes, methods, report, splits, dtype, decisions,
         split_inputs if split_inputs.keys else None, recorded(ctx.steps), explanation,
-        replayed if replayed.maps else None,
+        replayed if replayed.blocks else None,
     )  # fmt: skip
 
 
@@ -199,8 +199,8 @@ def _on_background(table: lz.LazyTensor, ctx: Context, sample: Any, where: str) 
     splits = SplitInputs.of({key: t for key, (_, t) in ctx.split_columns.items()})
     if splits.keys:
         feed.update(splits.encode(feed["x"]))
-    if ctx.replayed_columns:
-        replayed = ReplayedInputs(tuple(ctx.replayed_columns))
+    if ctx.replayed_blocks:
+        replayed = ReplayedInputs(tuple(ctx.replayed_blocks))
         numeric = [c.name for c in ctx.schema.columns if c.kind == "numeric"]
         feed.update(replayed.encode(feed["x"], float32_table=arrives_float32(sample, numeric)))
     program = ctx.builder.build({"contributions": table})

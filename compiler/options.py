@@ -32,9 +32,10 @@ class CompileOptions:
     encodes (:mod:`compiler.float32_splits`), deciding exactly as float64; None (the default)
     where the ensemble compares each encoded value often enough to pay for its encoding
     (:func:`compiler.trees.cost.split_codes_pay`, docs/exactness.md), True or False always.
-    Where the default finds the encoding pays, splits that compare ``float32(v)`` (scikit-learn's
-    trees; not XGBoost's in-order sums) on a scaled or imputed feature read the host's float32 replay of its steps
-    instead (:mod:`compiler.replayed_columns`), at about the encoding's cost.
+    With the default, splits that compare ``float32(v)`` (scikit-learn's trees, XGBoost) on a
+    scaled or imputed feature read the host's float32 replay of its steps instead
+    (:mod:`compiler.replayed_columns`) where the ensemble compares each such feature often
+    enough (:func:`compiler.trees.cost.replay_pays`).
     ``explain``: trace the model's per-column contributions too (:mod:`compiler.explain`;
     :meth:`CompiledModel.contributions` traces them on first use where this is False).
     """

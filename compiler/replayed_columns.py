@@ -21,84 +21,112 @@ from typing import Any
 
 import numpy as np
 
+from lazy import native
+
+from . import replay_kernel
 from .features import ColumnMap
 
-#: The graph input holding replayed column ``i`` (``replay:0``, ``replay:1``, …).
+#: The graph input holding replayed block ``i`` (``replay:0``, ``replay:1``, …): one (B, k)
+#: float32 matrix per ensemble, so that a device call takes one argument for all its columns.
 INPUT_PREFIX = "replay:"
 
 
 @dataclass(frozen=True)
 class _Group:
-    """Replayed columns whose steps are of the same kinds, in the same order: replayed together
-    as one (columns, rows) block, each step once with its parameters stacked per column."""
+    """Replayed columns of one block whose steps are of the same kinds, in the same order:
+    replayed together, each step once with its parameters stacked per column."""
 
-    members: tuple[int, ...]  # indices into ReplayedInputs.maps
+    columns: np.ndarray  # (k,) int64: the members' columns in the block
     sources: np.ndarray  # (k,) int64
     steps: tuple[Any, ...]  # the first member's steps (their kinds are everyone's)
     params: tuple[tuple[np.ndarray, ...], ...]  # per step, each parameter as (k, 1) float64
+    # The same for the native kernel (compiler.replay_kernel): opcodes (None: numpy replays
+    # the group) and the parameters as (steps, k, 2).
+    codes: np.ndarray | None
+    stacked: np.ndarray
 
 
 @dataclass(frozen=True)
 class ReplayedInputs:
-    """The replayed columns of a compiled model: graph input ``replay:i`` is ``maps[i]`` of
-    its raw column, as float32."""
+    """The replayed columns of a compiled model: graph input ``replay:i`` is the (B, k) float32
+    matrix of ``blocks[i]``, column j being ``blocks[i][j]`` of its raw column."""
 
-    maps: tuple[ColumnMap, ...]
+    blocks: tuple[tuple[ColumnMap, ...], ...]
 
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(f"{INPUT_PREFIX}{i}" for i in range(len(self.maps)))
+        return tuple(f"{INPUT_PREFIX}{i}" for i in range(len(self.blocks)))
 
     @property
     def sources(self) -> frozenset[int]:
         """The raw input columns the host reads for them."""
-        return frozenset(m.source for m in self.maps)
+        return frozenset(m.source for block in self.blocks for m in block)
 
     @cached_property
-    def _plan(self) -> tuple[tuple[_Group, ...], tuple[int, ...]]:
-        """The groups of maps made only of stackable steps (:class:`~compiler.features.Fill`,
-        :class:`~compiler.features.Arithmetic`, :class:`~compiler.features.Clip`), and the
-        maps replayed one column at a time."""
-        by_kinds: dict[tuple[Any, ...], list[int]] = {}
-        alone = []
-        for i, m in enumerate(self.maps):
-            if all(hasattr(step, "kind") for step in m.steps):
-                by_kinds.setdefault(tuple(step.kind for step in m.steps), []).append(i)
-            else:
-                alone.append(i)
-        groups = []
-        for members in by_kinds.values():
-            steps = self.maps[members[0]].steps
-            params = tuple(
-                tuple(
-                    np.asarray([self.maps[i].steps[s].params[p] for i in members], np.float64)[
-                        :, None
-                    ]
-                    for p in range(len(step.params))
-                )
-                for s, step in enumerate(steps)
-            )
-            sources = np.asarray([self.maps[i].source for i in members], np.int64)
-            groups.append(_Group(tuple(members), sources, steps, params))
-        return tuple(groups), tuple(alone)
+    def _plan(self) -> tuple[tuple[tuple[_Group, ...], tuple[int, ...]], ...]:
+        """Per block: the groups of its maps made only of stackable steps
+        (:class:`~compiler.features.Fill`, :class:`~compiler.features.Arithmetic`,
+        :class:`~compiler.features.Clip`), and its maps replayed one column at a time."""
+        return tuple(_block_plan(block) for block in self.blocks)
 
     def encode(self, x: np.ndarray, *, float32_table: bool) -> dict[str, np.ndarray]:
-        """The replayed inputs of the (B, F) float64 input table ``x``: (B,) float32 each.
+        """The replayed inputs of the (B, F) float64 input table ``x``: (B, k) float32 each.
         ``float32_table``: the client sent float32 values (exact in ``x``), which the source
         transforms in float32."""
         dtype = np.float32 if float32_table else np.float64
-        names = self.names
         out: dict[str, np.ndarray] = {}
-        groups, alone = self._plan
-        for group in groups:
-            # Elementwise steps on a block compute every element as the column's own step.
-            block = np.ascontiguousarray(x[:, group.sources].T, dtype=dtype)  # (k, B)
-            for step, params in zip(group.steps, group.params, strict=True):
-                block = step.apply(block, *params)
-            block = block.astype(np.float32, copy=False)
-            for row, i in enumerate(group.members):
-                out[names[i]] = block[row]
-        for i in alone:
-            m = self.maps[i]
-            out[names[i]] = np.asarray(m.source_values(x[:, m.source], dtype), np.float32)
-        return {name: out[name] for name in names}
+        for name, block, (groups, alone) in zip(self.names, self.blocks, self._plan, strict=True):
+            values = np.empty((x.shape[0], len(block)), np.float32)
+            for group in groups:
+                if group.codes is not None and x.dtype == np.float64:
+                    replay_kernel.replay(
+                        x, group.sources, group.codes, group.stacked, float32_table,
+                        values, group.columns,
+                    )  # fmt: skip
+                    continue
+                # Elementwise steps on a block compute every element as its column's own step.
+                part = np.ascontiguousarray(x[:, group.sources].T, dtype=dtype)  # (k, B)
+                for step, params in zip(group.steps, group.params, strict=True):
+                    part = step.apply(part, *params)
+                values[:, group.columns] = part.T
+            for j in alone:
+                m = block[j]
+                values[:, j] = m.source_values(x[:, m.source], dtype)
+            out[name] = values
+        return out
+
+
+def _block_plan(block: tuple[ColumnMap, ...]) -> tuple[tuple[_Group, ...], tuple[int, ...]]:
+    by_kinds: dict[tuple[Any, ...], list[int]] = {}
+    alone = []
+    for j, m in enumerate(block):
+        if all(hasattr(step, "kind") for step in m.steps):
+            by_kinds.setdefault(tuple(step.kind for step in m.steps), []).append(j)
+        else:
+            alone.append(j)
+    groups = []
+    for members in by_kinds.values():
+        steps = block[members[0]].steps
+        params = tuple(
+            tuple(
+                np.asarray([block[j].steps[s].params[p] for j in members], np.float64)[:, None]
+                for p in range(len(step.params))
+            )
+            for s, step in enumerate(steps)
+        )
+        stacked = np.zeros((len(steps), len(members), 2), np.float64)
+        for s, step_params in enumerate(params):
+            for p, values in enumerate(step_params):
+                stacked[s, :, p] = values[:, 0]
+        codes = replay_kernel.opcodes(steps) if native.AVAILABLE else None
+        groups.append(
+            _Group(
+                np.asarray(members, np.int64),
+                np.asarray([block[j].source for j in members], np.int64),
+                steps,
+                params,
+                codes,
+                stacked,
+            )
+        )
+    return tuple(groups), tuple(alone)

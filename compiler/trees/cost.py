@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from lazy import native
 from lazy.node_tables import TOP_LEVELS, WORD_BITS
 
 from .model import Ensemble
@@ -74,6 +75,22 @@ def split_codes_pay(ensemble: Ensemble, features: frozenset[int], columns: int) 
     return (
         columns > 0 and compares_per_row(ensemble, features) >= SPLIT_CODES_MIN_COMPARES * columns
     )
+
+
+#: Where the host replays the features (:mod:`compiler.replayed_columns`) with the native
+#: kernel (:mod:`compiler.replay_kernel`), replaying pays from this many compares per row of
+#: each replayed feature: a replayed value costs about what this many float32 compares save
+#: over the folded float64 ones (docs/exactness.md, *Replayed features*). numpy's replay costs
+#: what encoding does (:data:`SPLIT_CODES_MIN_COMPARES`).
+REPLAY_MIN_COMPARES = 16
+
+
+def replay_pays(ensemble: Ensemble, features: frozenset[int]) -> bool:
+    """Whether a float32-comparing ``ensemble`` should read ``features`` replayed by the host
+    rather than have their splits folded onto the raw float64 columns."""
+    per_feature = REPLAY_MIN_COMPARES if native.AVAILABLE else SPLIT_CODES_MIN_COMPARES
+    count = len(features)
+    return count > 0 and compares_per_row(ensemble, features) >= per_feature * count
 
 
 def costs(ensemble: Ensemble) -> dict[str, float]:

@@ -33,7 +33,7 @@ from ..context import Context
 from ..explain import Explanation
 from ..features import ColumnMap, Features
 from ..monotone import Test, answers_differ, computed_as_source, fold, raw_matrix
-from .cost import split_codes_pay
+from .cost import replay_pays, split_codes_pay
 from .model import Ensemble, Tree
 from .shap import tree_contributions
 from .strategies import leaf_sum
@@ -95,14 +95,13 @@ def exact_splits(
         return ensemble, features.values
     order = sorted(read)
     codes = ctx.options.split_codes
-    if codes is None:  # where the kernel's compares outweigh the encoding
+    if codes is None:  # where the kernel's compares outweigh the encoding (or the replay)
         encoded = frozenset(f for f in order if mapped[f])
-        columns = len({(maps[f].source, maps[f].fill) for f in encoded})  # type: ignore[union-attr]
-        codes = split_codes_pay(ensemble, encoded, columns)
-        # The host's replay costs what encoding does.
-        if codes and ensemble.float32_inputs:
+        if ensemble.float32_inputs and replay_pays(ensemble, encoded):
             replay = [mapped[f] for f in order]
             return _replayed(ensemble, features, maps, replay, order, as_read, ctx)
+        columns = len({(maps[f].source, maps[f].fill) for f in encoded})  # type: ignore[union-attr]
+        codes = split_codes_pay(ensemble, encoded, columns)
     # The new matrix: the raw columns the maps read (float64, or float32 split codes deciding
     # alike), then the other columns read as computed.
     x, column = raw_matrix(features, ctx, order, [mapped[f] for f in order], splits=codes)
@@ -130,15 +129,16 @@ def _replayed(
     replayed by the host as the source computes them (:mod:`compiler.replayed_columns`): its
     thresholds stand, and the splits compare float32. Each replayed feature's thresholds are
     still folded onto its raw column, for the gate's probes and float32 tables' moves."""
-    columns = []
-    for f, replay in zip(order, mapped, strict=True):
-        if replay:
-            columns.append(lz.expand_dims(ctx.replayed_column(maps[f]), 1))  # type: ignore[arg-type]
-            continue
-        value = features.select([f]).values  # float32(v) is the source's own rounding
+    # The replayed features as one block, then the others read as computed.
+    replayed_order = [f for f, replay in zip(order, mapped, strict=True) if replay]
+    others = [f for f, replay in zip(order, mapped, strict=True) if not replay]
+    block = tuple(maps[f] for f in replayed_order)
+    columns = [ctx.replayed_block(block)]  # type: ignore[arg-type]
+    if others:
+        value = features.select(others).values  # float32(v) is the source's own rounding
         columns.append(value if value.dtype == "float32" else lz.cast(value, "float32"))
     x = columns[0] if len(columns) == 1 else lz.concat(columns, axis=1)
-    column = {f: i for i, f in enumerate(order)}
+    column = {f: i for i, f in enumerate(replayed_order + others)}
     trees = _fold_trees(ensemble, maps, [False] * len(maps), column, ctx)
     replayed = set(f for f, replay in zip(order, mapped, strict=True) if replay)
     record_thresholds(ensemble, [None if f in replayed else c for f, c in enumerate(as_read)], ctx)

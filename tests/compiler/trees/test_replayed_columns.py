@@ -79,7 +79,9 @@ def test_replayed_features_decide_as_the_source(
     compiled = compiler.compile(pipe, options=compiler.CompileOptions(max_batch=256, **placement))
     assert "the host replays in float32" in compiled.report.steps[-1].detail
     program = compiled.traced.program
-    assert sum(name.startswith("replay:") for name in program.input_names) == 4
+    # One (B, 4) input for the four replayed features: one argument per device call.
+    replayed = [n for n in program.graphs[0].inputs if n.attr("name").startswith("replay:")]
+    assert [n.shape[1:] for n in replayed] == [(4,)]
     assert _compares(program) <= {"float32"}  # no float64 comparison anywhere
     probe = _probes(df)
     np.testing.assert_array_equal(compiled.predict(probe), pipe.predict(probe))
@@ -101,15 +103,17 @@ def test_a_forced_split_codes_option_folds_onto_the_raw_columns(split_codes: boo
 
 
 def test_a_small_boosting_ensemble_folds_where_replaying_would_not_pay() -> None:
-    """20 trees of depth 3 compare each of 4 columns a few dozen times per row: fewer than the
-    replay's cost per value buys back (compiler/trees/cost.py), so the splits are folded."""
+    """5 trees of depth 2 compare each of 4 columns a few times per row: fewer than the
+    replay's cost per value buys back (compiler/trees/cost.py), so the splits are folded; 20
+    trees of depth 3 compare each a few dozen times, and replay."""
     df = _frame(2000, 0)
     y = (df["price"].fillna(0.0) > 40).to_numpy(int)
     scaled = make_pipeline(SimpleImputer(), StandardScaler())
-    pipe = make_pipeline(scaled, GradientBoostingClassifier(n_estimators=20, random_state=0))
-    pipe.fit(df[["count", "flag", "price", "v"]], y)
-    compiled = compiler.compile(pipe)
-    assert "folded into thresholds" in compiled.report.steps[-1].detail
+    for trees, depth, how in ((5, 2, "folded into thresholds"), (20, 3, "the host replays")):
+        model = GradientBoostingClassifier(n_estimators=trees, max_depth=depth, random_state=0)
+        pipe = make_pipeline(scaled, model).fit(df[["count", "flag", "price", "v"]], y)
+        compiled = compiler.compile(pipe)
+        assert how in compiled.report.steps[-1].detail
 
 
 def test_contributions_of_replayed_features_are_the_folded_ones() -> None:
