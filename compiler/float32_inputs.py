@@ -278,10 +278,9 @@ def arrives_float32(data: Any, numeric: Sequence[str]) -> bool:
     ``numeric`` columns are all float32 (pandas or Arrow)."""
     if isinstance(data, np.ndarray):
         return data.dtype == np.float32
-    dtypes = getattr(data, "dtypes", None)
-    if dtypes is not None and hasattr(data, "columns"):  # a pandas DataFrame
-        try:
-            return bool(numeric) and all(dtypes[name] == np.float32 for name in numeric)
+    if hasattr(data, "dtypes") and hasattr(data, "columns"):  # a pandas DataFrame
+        try:  # column by column: a float64 table answers at its first column
+            return bool(numeric) and all(data[name].dtype == np.float32 for name in numeric)
         except KeyError:
             return False
     schema = getattr(data, "schema", None)

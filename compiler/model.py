@@ -511,11 +511,12 @@ class CompiledModel:
 
     def _to_feed(self, data: Any, *, check_nan: bool) -> tuple[dict[str, np.ndarray], int]:
         feed, rows = self.schema.to_feed(data, self._dtype, check_nan=check_nan)
-        if self._replayed_inputs is not None:  # from the values as sent, before any move
-            float32_table = arrives_float32(data, self._numeric)
-            feed.update(self._replayed_inputs.encode(feed["x"], float32_table=float32_table))
-        if self._float32 is not None and arrives_float32(data, self._numeric):
-            self._float32.apply(feed["x"], self.schema.names)  # a copy: the dtypes differ
+        replayed, moves = self._replayed_inputs, self._float32
+        float32_table = (replayed or moves) is not None and arrives_float32(data, self._numeric)
+        if replayed is not None:  # from the values as sent, before any move
+            feed.update(replayed.encode(feed["x"], float32_table=float32_table))
+        if moves is not None and float32_table:
+            moves.apply(feed["x"], self.schema.names)  # a copy: the dtypes differ
         if self._split_inputs is not None:
             feed.update(self._split_inputs.encode(feed["x"]))
         return feed, rows
