@@ -1163,8 +1163,11 @@ class ModelStore:
                 elif _DIGEST_RE.fullmatch(basename) and basename not in keep:
                     self._remove(path)
                     deleted.append(basename)
-            if self._local:
+            if self._local:  # manifest temps, and executables' a killed server was writing
                 self._remove_stale_temps(self._root, cutoff)
+                executables = self._path(_EXECUTABLE_DIR)
+                if os.path.isdir(executables):
+                    self._remove_stale_temps(executables, cutoff)
             if deleted:
                 logger.info("model store %s: gc deleted %d blob(s)", self.url, len(deleted))
             return deleted
@@ -1175,7 +1178,7 @@ class ModelStore:
 
     @staticmethod
     def _remove_stale_temps(directory: str, cutoff: float) -> None:
-        """Remove manifest temp files a crashed writer left in the root directory."""
+        """Remove the temp files a crashed writer left in ``directory`` (not its subdirectories)."""
         with os.scandir(directory) as entries:
             for item in entries:
                 if item.name.startswith(_TMP_PREFIX) and item.is_file():

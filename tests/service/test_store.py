@@ -215,11 +215,20 @@ def test_stray_temp_file_is_ignored_and_later_collected(store: ModelStore, tmp_p
     stray.write_bytes(b'{"kind": "kestrel-manif')
     assert store.load_manifest() == manifest
 
+    # A server killed while writing a shared executable leaves one in executables/.
+    store.write_executable("0" * 64 + "-" + "1" * 16 + ".xc", b"compiled")
+    stray_executable = root / "executables" / ".tmp-killed"
+    stray_executable.write_bytes(b"half an exec")
+
     store.gc(grace_s=60)
-    assert stray.exists()  # fresh: may belong to a writer in progress
+    assert stray.exists() and stray_executable.exists()  # fresh: a writer may be in progress
     age(stray, 120)
+    age(stray_executable, 120)
     store.gc(grace_s=60)
-    assert not stray.exists()
+    assert not stray.exists() and not stray_executable.exists()
+    assert (
+        store.read_executable("0" * 64 + "-" + "1" * 16 + ".xc") == b"compiled"
+    )  # executables are kept
 
 
 def test_missing_manifest_recovers_from_prev(store: ModelStore, tmp_path: Path) -> None:
