@@ -1,11 +1,11 @@
 """The host's replay of stacked steps (:mod:`compiler.replayed_columns`) as one native pass.
 
 numpy replays a group of columns in a pass per step over a transposed copy, each with its
-temporaries: several nanoseconds per value, as much as the graph's float32 compares save. This
-kernel reads the input table once, a block of rows at a time, each row's replayed values
-together; then for each column of the block it applies the steps one loop each (vectorized by
-LLVM, the step's kind dispatched once per block) and writes the float32 result: the same operations, in the same order and precision,
-so every value is the numpy replay's bit for bit.
+temporaries (docs/exactness.md has what that costs). This kernel reads the input table once, a
+block of rows at a time, each row's replayed values together; then for each column of the
+block it applies the steps one loop each (vectorized by LLVM, the step's kind dispatched once
+per block) and writes the float32 result: the same operations, in the same order and
+precision, so every value is the numpy replay's bit for bit.
 
 Steps are opcodes (:func:`opcodes`): a fill, an arithmetic op in float64 rounded to the table's
 dtype or in the table's dtype itself (scikit-learn's float32 StandardScaler), and a clip.

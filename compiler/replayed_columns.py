@@ -39,11 +39,8 @@ class _Group:
     columns: np.ndarray  # (k,) int64: the members' columns in the block
     sources: np.ndarray  # (k,) int64
     steps: tuple[Any, ...]  # the first member's steps (their kinds are everyone's)
-    params: tuple[tuple[np.ndarray, ...], ...]  # per step, each parameter as (k, 1) float64
-    # The same for the native kernel (compiler.replay_kernel): opcodes (None: numpy replays
-    # the group) and the parameters as (steps, k, 2).
-    codes: np.ndarray | None
-    stacked: np.ndarray
+    params: np.ndarray  # (steps, k, 2) float64: each step's parameters per column (0: unused)
+    codes: np.ndarray | None  # the native kernel's opcodes (None: numpy replays the group)
 
 
 @dataclass(frozen=True)
@@ -80,14 +77,14 @@ class ReplayedInputs:
             for group in groups:
                 if group.codes is not None and x.dtype == np.float64:
                     replay_kernel.replay(
-                        x, group.sources, group.codes, group.stacked, float32_table,
+                        x, group.sources, group.codes, group.params, float32_table,
                         values, group.columns,
                     )  # fmt: skip
                     continue
                 # Elementwise steps on a block compute every element as its column's own step.
                 part = np.ascontiguousarray(x[:, group.sources].T, dtype=dtype)  # (k, B)
                 for step, params in zip(group.steps, group.params, strict=True):
-                    part = step.apply(part, *params)
+                    part = step.apply(part, *(params[:, p, None] for p in range(len(step.params))))
                 values[:, group.columns] = part.T
             for j in alone:
                 m = block[j]
@@ -107,17 +104,10 @@ def _block_plan(block: tuple[ColumnMap, ...]) -> tuple[tuple[_Group, ...], tuple
     groups = []
     for members in by_kinds.values():
         steps = block[members[0]].steps
-        params = tuple(
-            tuple(
-                np.asarray([block[j].steps[s].params[p] for j in members], np.float64)[:, None]
-                for p in range(len(step.params))
-            )
-            for s, step in enumerate(steps)
-        )
-        stacked = np.zeros((len(steps), len(members), 2), np.float64)
-        for s, step_params in enumerate(params):
-            for p, values in enumerate(step_params):
-                stacked[s, :, p] = values[:, 0]
+        params = np.zeros((len(steps), len(members), 2), np.float64)
+        for s, step in enumerate(steps):
+            for p in range(len(step.params)):
+                params[s, :, p] = [block[j].steps[s].params[p] for j in members]
         codes = replay_kernel.opcodes(steps) if native.AVAILABLE else None
         groups.append(
             _Group(
@@ -126,7 +116,6 @@ def _block_plan(block: tuple[ColumnMap, ...]) -> tuple[tuple[_Group, ...], tuple
                 steps,
                 params,
                 codes,
-                stacked,
             )
         )
     return tuple(groups), tuple(alone)
