@@ -512,7 +512,8 @@ class CompiledModel:
     def _to_feed(self, data: Any, *, check_nan: bool) -> tuple[dict[str, np.ndarray], int]:
         feed, rows = self.schema.to_feed(data, self._dtype, check_nan=check_nan)
         replayed, moves = self._replayed_inputs, self._float32
-        float32_table = (replayed or moves) is not None and arrives_float32(data, self._numeric)
+        wanted = replayed is not None or moves is not None
+        float32_table = wanted and arrives_float32(data, self._numeric)
         if replayed is not None:  # from the values as sent, before any move
             feed.update(replayed.encode(feed["x"], float32_table=float32_table))
         if moves is not None and float32_table:
