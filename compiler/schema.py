@@ -263,6 +263,8 @@ class InputSchema:
     spaces_as_underscores: bool = False
     #: Columns the compiled model never reads (a ColumnTransformer drops them): rows must still
     #: have them, as the source's do, but their values are not parsed (a dropped text column).
+    #: Their place in ``x`` holds 0, not NaN: a NaN there would mark every row as missing a
+    #: value to whoever reads ``x`` for that (the service's overflow check).
     unread: frozenset[int] = frozenset()
 
     @property
@@ -339,7 +341,7 @@ class InputSchema:
                         feed[self.code_input(j)] = vocab._encode_groups(col.name, groups)
                     x[:, j] = _to_float(values, col.name, strict=False, groups=groups)
                 elif j in self.unread:
-                    x[:, j] = np.nan
+                    x[:, j] = 0.0
                 else:
                     x[:, j] = _to_float(values, col.name, strict=True)
         if check_nan:

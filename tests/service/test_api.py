@@ -242,6 +242,25 @@ def test_float32_overflow_is_a_422_not_a_wrong_label(server: LiveServer) -> None
     assert ok.json()["outputs"]["predict"] == model.predict(np.array([rows[0], rows[2]])).tolist()
 
 
+def test_overflow_is_a_422_when_the_model_leaves_a_column_unread(server: LiveServer) -> None:
+    """The same overflow, in rows sent as JSON objects to a model whose ColumnTransformer drops
+    a column: that column's place in the encoded table must not read as a missing value, or
+    every row would pass as one with NaN inputs and the NaN scores would be answered."""
+    x, y = load_iris(return_X_y=True, as_frame=True)
+    frame = x.assign(note="seen")
+    columns = ColumnTransformer([("numbers", StandardScaler(), list(x.columns))])
+    model = make_pipeline(columns, LogisticRegression(max_iter=500)).fit(frame, y)
+    assert server.register("dropping", sio.dumps(model), options=OPTIONS).status_code == 201
+    rows = [
+        {**dict(zip(x.columns, values, strict=True)), "note": "any text"}
+        for values in ([0.1, 0.2, 0.3, 0.4], [3e38] * 4, [0.0] * 4, [-3e38] * 4)
+    ]
+    assert np.isfinite(model.predict_proba(pd.DataFrame(rows))).all()  # the source copes
+    r = server.client.post("/models/dropping/predict", json=rows)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["message"].startswith("row(s) 1, 3: the model's float32 arithmetic")
+
+
 def test_oversize_body_refused_before_reading(tmp_path: Path) -> None:
     live = LiveServer(tmp_path, KESTREL_MAX_BODY_BYTES="1000").start()
     try:
