@@ -278,7 +278,8 @@ def arrives_float32(data: Any, numeric: Sequence[str]) -> bool:
     ``numeric`` columns are all float32 (pandas or Arrow)."""
     if isinstance(data, np.ndarray):
         return data.dtype == np.float32
-    if hasattr(data, "dtypes") and hasattr(data, "columns"):  # a pandas DataFrame
+    # On the type: an instance's ``dtypes`` is a property that builds a Series.
+    if hasattr(type(data), "dtypes") and hasattr(data, "columns"):  # a pandas DataFrame
         try:  # column by column: a float64 table answers at its first column
             return bool(numeric) and all(data[name].dtype == np.float32 for name in numeric)
         except KeyError:

@@ -1,11 +1,13 @@
 """The host's replay of stacked steps (:mod:`compiler.replayed_columns`) as one native pass.
 
 numpy replays a group of columns in a pass per step over a transposed copy, each with its
-temporaries (docs/exactness.md has what that costs). This kernel reads the input table once, a
-block of rows at a time, each row's replayed values together; then for each column of the
-block it applies the steps one loop each (vectorized by LLVM, the step's kind dispatched once
-per block) and writes the float32 result: the same operations, in the same order and
-precision, so every value is the numpy replay's bit for bit.
+temporaries (docs/exactness.md has what that costs). This kernel works a block of rows at a
+time, a column at a time: it copies the block's values of the column into a scratch vector,
+applies the steps one loop each (vectorized by LLVM, the step's kind dispatched once per block
+and column) and writes the float32 results into the column of the output: the same operations,
+in the same order and precision, so every value is the numpy replay's bit for bit. Each loop
+indexes views by its own counter only, so that LLVM proves the indices in bounds and
+vectorizes; a block of the table and of the output stays in L1 across the columns.
 
 Steps are opcodes (:func:`opcodes`): a fill, an arithmetic op in float64 rounded to the table's
 dtype or in the table's dtype itself (scikit-learn's float32 StandardScaler), and a clip.
@@ -28,7 +30,7 @@ _SUBTRACT, _DIVIDE, _MULTIPLY, _ADD = 1, 2, 3, 4
 _IN_DTYPE = 4
 _FILL, _CLIP = 0, 9
 _ARITHMETIC = {np.subtract: _SUBTRACT, np.divide: _DIVIDE, np.multiply: _MULTIPLY, np.add: _ADD}
-#: Rows per block: a block's replayed values stay in L1.
+#: Rows per block: a block of the table and of the output stay in L1.
 BLOCK = 256
 
 
@@ -48,10 +50,10 @@ def opcodes(steps: Sequence[Any]) -> np.ndarray | None:
 
 
 def _apply64_loops(code: int, p: float, q: float, v: Any, n: int) -> None:
-    if code == _FILL:
+    if code == _FILL:  # a select, not a branch: it vectorizes
         for i in range(n):
-            if np.isnan(v[i]):
-                v[i] = p
+            w = v[i]
+            v[i] = p if np.isnan(w) else w
     elif code == _SUBTRACT or code == _SUBTRACT + _IN_DTYPE:
         for i in range(n):
             v[i] = v[i] - p
@@ -75,8 +77,8 @@ def _apply32_loops(code: int, p: float, q: float, v: Any, n: int) -> None:
     p32, q32 = np.float32(p), np.float32(q)
     if code == _FILL:
         for i in range(n):
-            if np.isnan(v[i]):
-                v[i] = p32
+            w = v[i]
+            v[i] = p32 if np.isnan(w) else w
     elif code == _SUBTRACT:  # in float64, rounded after the op
         for i in range(n):
             v[i] = np.float32(np.float64(v[i]) - p)
@@ -119,31 +121,28 @@ def _replay_loop(
     block: int,
 ) -> None:
     rows, k = x.shape[0], sources.shape[0]
-    v64 = np.empty((k, block), np.float64)
-    v32 = np.empty((k, block), np.float32)
+    v64 = np.empty(block, np.float64)
+    v32 = np.empty(block, np.float32)
     for start in range(0, rows, block):
         n = min(block, rows - start)
-        # Each row's values read together (the table is row-major), one column per scratch row.
-        if float32_table:
-            for i in range(n):
-                for c in range(k):
-                    v32[c, i] = np.float32(x[start + i, sources[c]])
-        else:
-            for i in range(n):
-                for c in range(k):
-                    v64[c, i] = x[start + i, sources[c]]
+        table = x[start : start + n]
+        done = out[start : start + n]
         for c in range(k):
+            source, column = sources[c], columns[c]
             if float32_table:
-                for s in range(codes.shape[0]):
-                    _apply32(codes[s], params[s, c, 0], params[s, c, 1], v32[c], n)
-            else:
-                for s in range(codes.shape[0]):
-                    _apply64(codes[s], params[s, c, 0], params[s, c, 1], v64[c], n)
                 for i in range(n):
-                    v32[c, i] = np.float32(v64[c, i])
-        for i in range(n):  # the output row by row, as the graph reads it
-            for c in range(k):
-                out[start + i, columns[c]] = v32[c, i]
+                    v32[i] = np.float32(table[i, source])
+                for s in range(codes.shape[0]):
+                    _apply32(codes[s], params[s, c, 0], params[s, c, 1], v32, n)
+                for i in range(n):
+                    done[i, column] = v32[i]
+            else:
+                for i in range(n):
+                    v64[i] = table[i, source]
+                for s in range(codes.shape[0]):
+                    _apply64(codes[s], params[s, c, 0], params[s, c, 1], v64, n)
+                for i in range(n):
+                    done[i, column] = np.float32(v64[i])
 
 
 _kernel: Any = None

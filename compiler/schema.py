@@ -342,6 +342,8 @@ class InputSchema:
                     x[:, j] = _to_float(values, col.name, strict=False, groups=groups)
                 elif j in self.unread:
                     x[:, j] = 0.0
+                elif values.dtype.kind in "fiub":  # cast by the assignment, no float64 copy
+                    x[:, j] = values
                 else:
                     x[:, j] = _to_float(values, col.name, strict=True)
         if check_nan:
