@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .errors import CompilerError, SchemaError, UnsupportedError
 from .features import Features, Heads
+from .kernels import warm_kernels
 from .model import CompiledModel, OutputSpec, Traced, compile, trace
 from .options import CompileOptions
 from .precision import Precision
@@ -38,4 +39,5 @@ __all__ = [
     "schema_for",
     "supported",
     "trace",
+    "warm_kernels",
 ]

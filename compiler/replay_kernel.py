@@ -15,6 +15,7 @@ dtype or in the table's dtype itself (scikit-learn's float32 StandardScaler), an
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -152,6 +153,17 @@ _apply64: Any = None
 _apply32: Any = None
 
 
+def _built() -> Any:
+    global _kernel, _apply64, _apply32
+    if _kernel is None:
+        from numba import njit
+
+        _apply64 = njit(inline="always")(_apply64_loops)
+        _apply32 = njit(inline="always")(_apply32_loops)
+        _kernel = native.compile_kernel(_replay_loop)
+    return _kernel
+
+
 def replay(
     x: np.ndarray,
     sources: np.ndarray,
@@ -165,11 +177,22 @@ def replay(
     ``params`` (steps, k, 2) float64, written as float32 into columns ``columns`` of the
     (B, K) ``out``. ``float32_table``: the values are float32 (exact in ``x``), replayed in
     float32 as scikit-learn keeps them."""
-    global _kernel, _apply64, _apply32
-    if _kernel is None:
-        from numba import njit
+    # Row-major, so that the kernel has one layout (a client's Fortran-ordered or strided
+    # array is copied): each layout would be a build of its own, seconds on a cold cache.
+    x = np.ascontiguousarray(x)
+    _built()(x, sources, codes, params, float32_table, out, columns, BLOCK)
 
-        _apply64 = njit(inline="always")(_apply64_loops)
-        _apply32 = njit(inline="always")(_apply32_loops)
-        _kernel = native.compile_kernel(_replay_loop)
-    _kernel(x, sources, codes, params, float32_table, out, columns, BLOCK)
+
+def build() -> float:
+    """Build (or load from numba's cache) the kernel for every table :func:`replay` passes it,
+    writable and read-only (an array a client's bytes back); the seconds it took (0 without
+    numba: numpy replays)."""
+    if not native.AVAILABLE:
+        return 0.0
+    t0 = time.perf_counter()
+    index = np.zeros(1, np.int64)
+    for writeable in (True, False):
+        table = np.zeros((1, 1))
+        table.flags.writeable = writeable
+        replay(table, index, index, np.zeros((1, 1, 2)), False, np.zeros((1, 1), np.float32), index)
+    return time.perf_counter() - t0

@@ -3,8 +3,8 @@
 Every load needs skops and its trusted types imported and the JAX backend started: that is the
 loader thread's first job (``Loader.prepare_runtime``), so loads queue behind it rather than
 share the interpreter with it, since both are mostly Python under one GIL. The native host
-kernels (:func:`lazy.warm_kernels`; seconds on a cold numba cache, which lives beside the
-executable cache) only tree and SVC models run, so they are built on a thread of their own once
+kernels (:func:`compiler.warm_kernels`; seconds on a cold numba cache, which lives beside the
+executable cache) only tree and SVC models, and features replayed for trees, run, so they are built on a thread of their own once
 the runtime is prepared and the stored versions are loaded (:func:`start_building_kernels`):
 neither contends with them, and a registration that arrives meanwhile waits only for the kernels
 it runs (numba compiles are locked, never repeated).
@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 
+import compiler
 import lazy as lz
 from service import artifacts
 
@@ -49,12 +50,12 @@ def prepare_logged(backend: str = "jax") -> None:
 
 
 def start_building_kernels() -> threading.Thread:
-    """:func:`lazy.warm_kernels` on a daemon thread; a failure is logged, never fatal (a model
+    """:func:`compiler.warm_kernels` on a daemon thread; a failure is logged, never fatal (a model
     that runs a kernel then builds it itself)."""
 
     def run() -> None:
         try:
-            seconds = lz.warm_kernels()
+            seconds = compiler.warm_kernels()
         except Exception:
             log.exception("building the native kernels failed; the models that run them do")
             return

@@ -85,3 +85,26 @@ def test_the_native_replay_is_numpys_bit_for_bit(kind: str, float32_table: bool)
 def test_unknown_steps_have_no_opcodes() -> None:
     assert replay_kernel.opcodes([Arithmetic(np.power, 2.0)]) is None
     assert replay_kernel.opcodes([object()]) is None
+
+
+def test_the_built_kernel_serves_every_table_a_client_can_send() -> None:
+    """``build`` (run as the server starts) leaves no kernel for a request to compile: a table
+    that is read-only (backed by a client's bytes), Fortran-ordered or a strided view replays on
+    the kernels it built, to the same values."""
+    replay_kernel.build()
+    kernel = replay_kernel._built()
+    built = set(kernel.signatures)
+    table = _table(300, 7)
+    read_only = table.copy()
+    read_only.flags.writeable = False
+    wide = np.repeat(table, 2, axis=1)
+    steps = STEPS["standard"]((0.5, 1.5, 2.5))
+    codes = replay_kernel.opcodes(steps)
+    params = np.array([[[s.params[0] if s.params else 0.0, 0.0]] for s in steps])
+    expected = np.empty((300, 1), np.float32)
+    replay_kernel.replay(table, np.array([2]), codes, params, False, expected, np.array([0]))
+    for variant, column in ((read_only, 2), (np.asfortranarray(table), 2), (wide[:, ::2], 2)):
+        out = np.empty((300, 1), np.float32)
+        replay_kernel.replay(variant, np.array([column]), codes, params, False, out, np.array([0]))
+        np.testing.assert_array_equal(out, expected)
+    assert set(kernel.signatures) == built, "a table compiled a replay kernel build() does not"

@@ -44,7 +44,7 @@ def test_failing_kernel_builds_are_logged_not_fatal(
     def broken() -> float:
         raise RuntimeError("no compiler here")
 
-    monkeypatch.setattr(runtime.lz, "warm_kernels", broken)
+    monkeypatch.setattr(runtime.compiler, "warm_kernels", broken)
     with caplog.at_level(logging.ERROR, logger="kestrel.runtime"):
         runtime.start_building_kernels().join(30)
     assert "building the native kernels failed" in caplog.text
