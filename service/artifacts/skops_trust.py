@@ -9,6 +9,9 @@ Two added types hold raw node indices that scikit-learn's Cython follows without
 (skops leaves them out of its defaults for that reason): ``sklearn.tree._tree.Tree`` and HistGB's
 ``TreePredictor``. They are trusted only together with :func:`check_loaded`, which checks those
 indices (and scipy sparse matrices' index arrays) after loading and before anything predicts.
+scipy's ``BSpline`` (a SplineTransformer's fitted splines) is checked there too: its compiled
+evaluation trusts that knots, coefficients and degree agree, which its constructor checks and
+skops' loading does not.
 KD / ball trees and distance-metric objects are refused instead: their index arrays are as
 unchecked, and Kestrel computes neighbours by brute force anyway.
 """
@@ -24,7 +27,10 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse
+import sklearn.feature_selection
+from scipy.interpolate import BSpline
 from sklearn._loss import loss as sklearn_losses
+from sklearn.compose import make_column_selector
 from sklearn.dummy import DummyClassifier, DummyRegressor
 from sklearn.ensemble._bagging import BaseBagging
 from sklearn.ensemble._forest import BaseForest
@@ -62,6 +68,18 @@ _INTERNALS = (
     "functools.partial",
     "sklearn.utils.validation.check_array",
 )
+# A ColumnTransformer's column selector: a dtype / name-pattern filter its fit applied.
+_SELECTORS = (make_column_selector,)
+# A SplineTransformer's splines (checked by check_loaded()), and the array constructor each
+# keeps, named from an instance: its module is private to scipy and moves between versions.
+_SPLINE = BSpline(np.arange(4.0), np.ones(2), 1)
+_SPLINE_TYPES = (BSpline, _SPLINE._asarray)
+# Univariate feature selectors keep their score function; it ran at fit, never at predict.
+_SCORE_FUNCTIONS = tuple(
+    getattr(sklearn.feature_selection, name)
+    for name in sklearn.feature_selection.__all__
+    if inspect.isfunction(getattr(sklearn.feature_selection, name))
+)
 # scipy sparse types (e.g. SVC fitted on sparse input); index arrays checked by check_loaded().
 _SPARSE = (
     scipy.sparse.csr_matrix,
@@ -93,7 +111,7 @@ def _name(obj: Any) -> str:
 def _trusted() -> tuple[str, ...]:
     names = {_name(registration.cls) for registration in compiler.supported()}
     names.update(_INTERNALS)
-    names.update(_name(cls) for cls in _SPARSE)
+    names.update(_name(obj) for obj in (*_SPARSE, *_SELECTORS, *_SPLINE_TYPES, *_SCORE_FUNCTIONS))
     # Every concrete loss: fitted GLMs and boosting models keep one (parameters only).
     names.update(
         _name(cls)
@@ -218,6 +236,8 @@ def _check_object(obj: Any) -> None:
         _check_tree(obj, type(obj).__name__)
     elif isinstance(obj, TreePredictor):
         _check_predictor(obj, "HistGradientBoosting tree")
+    elif isinstance(obj, BSpline):
+        _check_spline(obj)
     elif scipy.sparse.issparse(obj):
         try:
             obj.check_format(full_check=True)
@@ -229,6 +249,18 @@ def _check_object(obj: Any) -> None:
         _check_ensemble(obj)
     if isinstance(obj, BaseHistGradientBoosting) and hasattr(obj, "_predictors"):
         _check_hist_gradient_boosting(obj)
+
+
+def _check_spline(spline: BSpline) -> None:
+    """Knots sorted and enough for the degree, coefficients enough for the knots: what the
+    constructor checks (loading sets the attributes directly); and the array constructor
+    scipy's own, since evaluating a spline calls it."""
+    if spline._asarray is not _SPLINE._asarray:
+        raise ArtifactError(f"BSpline: its array constructor is {spline._asarray!r}, not scipy's")
+    try:
+        BSpline(spline.t, spline.c, spline.k, spline.extrapolate, spline.axis)
+    except (ValueError, TypeError) as exc:
+        raise ArtifactError(f"BSpline has inconsistent fitted state: {exc}") from None
 
 
 def _check_tree(tree: Tree, where: str) -> None:
