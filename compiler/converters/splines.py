@@ -18,6 +18,7 @@ import lazy as lz
 
 from ..context import Context
 from ..features import Features, Heads
+from ..monotone import raw_matrix
 from ..registry import register, unsupported_param
 from ._sorted import count_at_most, per_column, rounded
 from .discretization import ExactTests, above, at_least
@@ -104,6 +105,24 @@ def _boundary_rows(est: Any, side: str) -> tuple[np.ndarray, np.ndarray, np.ndar
     return np.asarray(edges, np.float64), np.asarray(values), np.asarray(slopes)
 
 
+def _measured_from(features: Features, origin: np.ndarray, ctx: Context) -> lz.LazyTensor:
+    """(B, F) in the graph's dtype: each value minus its feature's ``origin``, subtracted in
+    float64 from the raw input column where the feature is one (its rounding to the graph's
+    dtype then scales with the distance from the origin, not with the value), and in the
+    computed columns' own dtype otherwise (their rounding is already made)."""
+    maps = features.column_maps()
+    raw = [m is not None and not m.steps and m.fill is None for m in maps]
+    if any(raw):
+        v, where = raw_matrix(features, ctx, range(features.width), raw)
+        order = [where[j] for j in range(features.width)]
+        if order != list(range(int(v.shape[1]))):
+            v = lz.take(v, lz.const(np.asarray(order, np.int32)), axis=1)
+    else:
+        v = features.values
+    shifted = v - ctx.param(origin, "origin", dtype=v.dtype)
+    return shifted if shifted.dtype == ctx.dtype else lz.cast(shifted, ctx.dtype)
+
+
 def _period(t: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per feature: where the period starts, its length, and whether it is degenerate (one
     distinct value in fit: scikit-learn's ``% 0`` gives NaN, and every row maps to 0)."""
@@ -181,7 +200,9 @@ def _periodic_flips(t: np.ndarray, periods: int = 2) -> np.ndarray:
     "through scalers before it; periodic: the wrap in float64 with numpy's exact %, on the raw "
     "column or on steps computed in float64, and degree 0 compares it with the knots in "
     "float64; higher degrees are continuous at the knots, so their knot tests are the graph's "
-    "own",
+    "own, and their basis reads each value measured from the knots' start, subtracted in "
+    "float64 from the raw column, so a float32 graph keeps a large value's place among the "
+    "knots (a timestamp)",
 )
 def spline_transformer(est: Any, features: Features, ctx: Context) -> Heads:
     if est.extrapolation not in _EXTRAPOLATIONS:
@@ -196,6 +217,7 @@ def spline_transformer(est: Any, features: Features, ctx: Context) -> Heads:
     # gets another basis, so its knot and range tests are decided on the float64 input.
     # Higher degrees are continuous there (within rounding on either side).
     tests = None
+    origin = np.zeros(len(t))  # what the basis's values are measured from, per feature
     if est.extrapolation == "periodic":
         wrapped = _periodic_values(features, t, k, ctx)
         if k == 0:  # the basis is 1 in the interval found, on the float64 value
@@ -205,16 +227,22 @@ def spline_transformer(est: Any, features: Features, ctx: Context) -> Heads:
         else:
             # The basis reads differences from knots only: measured from the period's start,
             # a float32 graph keeps the place within the period of a value far from 0.
-            low = _period(t, k)[0][:, None]
-            x_eval = wrapped - ctx.param(low[:, 0], "period_origin", dtype="float64")
+            origin = _period(t, k)[0]
+            x_eval = wrapped - ctx.param(origin, "period_origin", dtype="float64")
             x_eval = x_eval if ctx.dtype == "float64" else lz.cast(x_eval, ctx.dtype)
-            t = t - low
+            t = t - origin[:, None]
             count = count_at_most(x_eval, t, ctx, "knots")
     elif k == 0:
         x_eval, tests = x, ExactTests(features, ctx)
         count = tests.count(t, at_least, "knots")
     else:
-        x_eval, count = x, count_at_most(x, t, ctx, "knots")
+        count = count_at_most(x, t, ctx, "knots")
+        # The basis reads differences from knots only: measured from the base interval's start
+        # (in float64 where the raw column is there), a float32 graph keeps the place among
+        # the knots of a value far from 0 (a timestamp), as the periodic wrap above does.
+        origin = t[:, k]
+        x_eval = _measured_from(features, origin, ctx)
+        t = t - origin[:, None]
     interval, h = _basis(x_eval, t, k, ctx, count)
     out = _scatter(interval, h, k, n_splines, ctx)  # (B, F, n_splines)
     if est.extrapolation in ("error", "constant", "linear"):
@@ -240,7 +268,7 @@ def spline_transformer(est: Any, features: Features, ctx: Context) -> Heads:
                 ("max", above_range, high_edge, high_values, high_slopes),
             ):
                 row = ctx.param(values, f"f_{name}") + lz.expand_dims(
-                    x - ctx.param(edge, f"x{name}"), 2
+                    x_eval - ctx.param(edge - origin, f"x{name}"), 2
                 ) * ctx.param(slopes, f"fp_{name}")
                 outside = lz.where(lz.expand_dims(beyond, 2), row, outside)
         out = lz.where(inside, out, outside)

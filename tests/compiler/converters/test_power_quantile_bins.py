@@ -199,3 +199,28 @@ def test_a_periodic_spline_of_timestamps_keeps_the_time_of_day(degree: int) -> N
         np.testing.assert_array_equal(got, spline.transform(rows))
     else:
         np.testing.assert_allclose(got, spline.transform(rows), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["jax", "numpy"])
+@pytest.mark.parametrize("extrapolation", ["linear", "constant", "continue"])
+@pytest.mark.parametrize("degree", [1, 2, 3])
+def test_a_spline_of_timestamps_keeps_each_row_among_the_knots(
+    degree: int, extrapolation: str, backend: str
+) -> None:
+    """Seconds since the epoch over a month, with knots days apart: float32 steps by 128 s at
+    that magnitude, so a float32 graph measures each value from the knots' start in float64
+    (the basis then rounds with the distance from it) — within the float32 tolerance of the
+    source's basis, on rows inside the range, on its knots and beyond it."""
+    rng = np.random.default_rng(13)
+    start, month = 1.7e9, 30 * 86_400.0
+    x = start + np.concatenate([[0.0, month], rng.integers(0, 30 * 86_400, 300).astype(float)])
+    spline = SplineTransformer(n_knots=12, degree=degree, extrapolation=extrapolation)
+    spline.fit(x[:, None])
+    knots = spline.bsplines_[0].t
+    beyond = start + rng.uniform(-0.5, 1.5, 200) * month
+    rows = np.concatenate([x, knots, np.nextafter(knots, np.inf), beyond])[:, None]
+    options = compiler.CompileOptions(backend=backend, max_batch=512, warmup=False)
+    got = compiler.compile(spline, options=options).transform(rows)
+    expected = spline.transform(rows)
+    scale = np.maximum(np.abs(expected), 1.0)
+    assert (np.abs(got - expected) / scale).max() < 1e-5
