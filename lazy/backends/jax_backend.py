@@ -92,17 +92,38 @@ def _binary(fn: Any) -> Rule:
 
 
 def _divide(n: Node, a: list[Any], low: Lowering) -> Any:
-    # XLA's algebraic simplifier turns a division by a broadcast value (a fitted scale, a
-    # constant) into a multiplication by its reciprocal, which rounds twice (docs/exactness.md
-    # has how often that misses numpy's quotient). float64 steps compute as their source does
-    # (the values may reach decisions), so there the divisor is broadcast behind a barrier the
+    # XLA's algebraic simplifier rewrites float divisions into forms that round otherwise: by a
+    # broadcast value (a fitted scale, a constant) into a product with its reciprocal,
+    # ``a / sqrt(b)`` into ``a * rsqrt(b)``, ``a / exp(b)`` into ``a * exp(-b)``,
+    # ``a / (b / c)`` into ``(a * c) / b`` and ``(a / b) / c`` into ``a / (b * c)``
+    # (docs/exactness.md has how often each misses numpy's quotient). float64 steps compute as
+    # their source does (the values may reach decisions), so there the divisor, broadcast to
+    # the quotient's shape, and a dividend that is itself a quotient sit behind barriers the
     # simplifier cannot see through; float32 steps are within tolerance either way and keep
-    # the cheaper product.
+    # the cheaper forms.
     x, y = a
-    shape = jnp.broadcast_shapes(jnp.shape(x), jnp.shape(y))
-    if jnp.result_type(x, y) == jnp.float64 and jnp.shape(y) != shape:
-        y = lax.optimization_barrier(jnp.broadcast_to(y, shape))
+    if jnp.result_type(x, y) == jnp.float64:
+        y = lax.optimization_barrier(jnp.broadcast_to(y, jnp.broadcast_shapes(x.shape, y.shape)))
+        if _is_quotient(n.inputs[0]):
+            x = lax.optimization_barrier(x)
     return jnp.divide(x, y)
+
+
+def _constant(n: Node, a: list[Any], low: Lowering) -> Any:
+    # XLA's simplifier reassociates arithmetic with constants: ``(a + c1) + c2`` into
+    # ``a + (c1 + c2)``, ``(a * c1) * c2`` into ``a * (c1 * c2)``, ``a * c + b * c`` into
+    # ``(a + b) * c``, each rounding otherwise than the source's order of operations. A float64
+    # constant sits behind a barrier, which the simplifier cannot fold through (parameters are
+    # the executable's arguments, never folded).
+    value = jnp.asarray(n.attr("value").array, dtype=low.dtype(n))
+    return lax.optimization_barrier(value) if value.dtype == jnp.float64 else value
+
+
+def _is_quotient(node: Node) -> bool:
+    """Whether ``node`` is a division, perhaps moved by layout ops."""
+    while node.op in _LAYOUT:
+        node = node.inputs[0]
+    return node.op is Op.DIV
 
 
 # Ops that move a mask's values without changing them (XLA's simplifier looks through them).
@@ -270,7 +291,7 @@ def _loop(n: Node, a: list[Any], low: Lowering) -> Any:
 RULES: dict[Op, Rule] = {
     Op.INPUT: lambda n, a, low: low.inputs[n.attr("name")],
     Op.PARAM: lambda n, a, low: low.params[n.attr("name")],
-    Op.CONST: lambda n, a, low: jnp.asarray(n.attr("value").array, dtype=low.dtype(n)),
+    Op.CONST: _constant,
     Op.NEG: _unary(jnp.negative),
     Op.ABS: _unary(jnp.abs),
     Op.EXP: _unary(jnp.exp),

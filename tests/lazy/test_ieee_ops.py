@@ -9,6 +9,12 @@ broadcast value (a fitted scale, a constant, a per-row norm) into a multiplicati
 reciprocal, which rounds twice; float64 steps compute as their source does, so the jax
 lowering keeps the division there.
 
+The same simplifier rewrites other float64 arithmetic into forms that round otherwise:
+``a / sqrt(b)`` into a product with ``rsqrt``, ``a / (b / c)`` and ``(a / b) / c`` into one
+division by a product, and chains with constants (``(a * c1) * c2``, ``(a - c1) - c2``) into one
+op with a folded constant. The jax lowering hides float64 divisors, quotients divided again and
+constants behind barriers, so float64 arithmetic is numpy's in the source's order of operations.
+
 MUL by a boolean cast to a number is numpy's product too: XLA's simplifier turns
 ``convert(mask) * x`` into ``select(mask, x, 0)``, which loses ``0 * NaN = NaN``,
 ``0 * inf = NaN`` and ``0 * -x = -0``; a spline basis scattered by masks then read 0 where
@@ -94,6 +100,42 @@ def test_float64_division_by_a_broadcast_divisor_is_numpys(backend: str) -> None
         "vector": (rows - scale / 3) / scale,
         "constant": rows / 3.7,
         "row": rows / (rows[:, :1] * 2.5),
+    }
+    for name, expected in want.items():
+        np.testing.assert_array_equal(np.asarray(got[name]), expected, err_msg=name)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float64_arithmetic_keeps_the_sources_order_of_operations(backend: str) -> None:
+    rng = np.random.default_rng(4)
+    a = rng.normal(0.0, 10.0, (2000, 3))
+    b = rng.uniform(0.1, 50.0, (2000, 3))
+    c = rng.uniform(0.1, 50.0, (2000, 3))
+    s1, s2 = rng.uniform(0.1, 9.0, 3), rng.uniform(0.1, 9.0, 3)
+    builder = lz.Builder()
+    x, y, z = (builder.input(name, (3,), "float64") for name in "abc")
+    p1, p2 = builder.param(s1, "s1"), builder.param(s2, "s2")
+    graph = builder.graph(
+        {
+            "twice-scaled": (x / p1) / p2,  # MaxAbsScaler, then a scaler without centring
+            "by-a-root": x / lz.sqrt(y),
+            "by-a-quotient": x / (y / z),
+            "quotient-divided": (x / y) / z,
+            "constant-products": (x * 2.5) * 1.7,
+            "constant-differences": (x - 2.5) - 1.7,
+        }
+    )
+    options = lz.Options(
+        backend=backend, max_batch=512, dtype_policy=lz.DTypePolicy.X64, host_rows=0
+    )
+    got = lz.compile(graph, options)({"a": a, "b": b, "c": c})
+    want = {
+        "twice-scaled": (a / s1) / s2,
+        "by-a-root": a / np.sqrt(b),
+        "by-a-quotient": a / (b / c),
+        "quotient-divided": (a / b) / c,
+        "constant-products": (a * 2.5) * 1.7,
+        "constant-differences": (a - 2.5) - 1.7,
     }
     for name, expected in want.items():
         np.testing.assert_array_equal(np.asarray(got[name]), expected, err_msg=name)
