@@ -14,6 +14,7 @@ from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
 import compiler
 import lazy as lz
+from compiler import float32_splits
 
 
 def _frame(n: int, seed: int) -> pd.DataFrame:
@@ -170,3 +171,22 @@ def test_by_default_codes_are_read_where_the_forest_compares_each_value_often() 
         )
     refused = compiler.CompileOptions(backend="numpy", split_codes=False)  # the large one
     assert "in float64" in compiler.compile(pipe, options=refused).report.steps[-1].detail
+
+
+def test_the_built_encoder_serves_every_table_a_client_can_send() -> None:
+    """``build`` (run as the server starts) leaves no encoder for a request to compile: a table
+    that is read-only, Fortran-ordered or a strided view encodes on the kernel it built, to the
+    same codes."""
+    float32_splits.build()
+    kernel = float32_splits._kernel()
+    built = set(kernel.signatures)
+    rng = np.random.default_rng(3)
+    table = np.round(rng.normal(size=(300, 3)), 2)
+    inputs = float32_splits.SplitInputs.of({(1, None): [np.array([-0.5, 0.0, 0.25])]})
+    expected = inputs.encode(table)["split:0"]
+    read_only = table.copy()
+    read_only.flags.writeable = False
+    wide = np.repeat(table, 2, axis=1)[:, ::2]
+    for variant in (read_only, np.asfortranarray(table), wide):
+        np.testing.assert_array_equal(inputs.encode(variant)["split:0"], expected)
+    assert set(kernel.signatures) == built, "a table compiled an encoder build() does not"
