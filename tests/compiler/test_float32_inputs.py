@@ -234,3 +234,26 @@ def test_the_native_and_the_numpy_look_ups_move_the_same_values(monkeypatch) -> 
     numpy_moved = table.copy()
     inputs.apply(numpy_moved, model.schema.names)
     np.testing.assert_array_equal(numpy_moved, native_moved)
+
+
+def test_the_built_look_up_serves_every_table_a_client_can_send() -> None:
+    """``build`` (run as the server starts) leaves no look-up kernel for a request to compile:
+    a float32 table read-only, Fortran-ordered or a strided view finds the same listed values
+    on the kernel it built."""
+    float32_inputs.build()
+    kernel = float32_inputs._kernel()
+    built = set(kernel.signatures)
+    threshold = 0.1
+    shift = float32_inputs.ColumnShift.of(1, np.array([[threshold, float(np.float32(threshold))]]))
+    inputs = float32_inputs.Float32Inputs([shift], frozenset())
+    table = np.tile(np.array([0.5, float(np.float32(threshold)), 2.0]), (40, 1))
+    rows, which = inputs._hits(table)
+    assert rows.size == 40
+    read_only = table.copy()
+    read_only.flags.writeable = False
+    wide = np.repeat(table, 2, axis=1)[:, ::2]
+    for variant in (read_only, np.asfortranarray(table), wide):
+        got = inputs._hits(variant)
+        np.testing.assert_array_equal(got[0], rows)
+        np.testing.assert_array_equal(got[1], which)
+    assert set(kernel.signatures) == built, "a table compiled a look-up build() does not"
