@@ -20,7 +20,6 @@ on float32 input, and a missing value decided otherwise on float32 input, are re
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -191,19 +190,10 @@ def _kernel() -> Any:
 
 def build() -> float:
     """Build (or load from numba's cache) the native look-up for every table a float32 input
-    reaches it as, writable and read-only (an array a client's bytes back); the seconds it
-    took (0 without numba)."""
-    if not native.AVAILABLE:
-        return 0.0
-    t0 = time.perf_counter()
+    reaches it as; the seconds it took (0 without numba)."""
     threshold = 0.1  # float32 input decides it otherwise than float64: its float32 is listed
     shift = ColumnShift.of(0, np.array([[threshold, float(np.float32(threshold))]]))
-    inputs = Float32Inputs([shift], frozenset())
-    for writeable in (True, False):
-        table = np.zeros((1, 1))
-        table.flags.writeable = writeable
-        inputs._hits(table)
-    return time.perf_counter() - t0
+    return native.build_on_tables(Float32Inputs([shift], frozenset())._hits)
 
 
 class Float32Inputs:

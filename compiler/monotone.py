@@ -161,3 +161,13 @@ def raw_matrix(
         parts.append(lz.cast(rest, "float64"))
     x = parts[0] if len(parts) == 1 else lz.concat(parts, axis=1)
     return x, where
+
+
+def raw_in_column_order(features: Features, ctx: Context, raw: Sequence[bool]) -> lz.LazyTensor:
+    """(B, F) float64: :func:`raw_matrix` of every column of ``features``, back in their order
+    (a raw column read by several features appears once in it)."""
+    x, where = raw_matrix(features, ctx, range(features.width), raw)
+    order = [where[j] for j in range(features.width)]
+    if order != list(range(int(x.shape[1]))):
+        x = lz.take(x, lz.const(np.asarray(order, np.int32)), axis=1)
+    return x

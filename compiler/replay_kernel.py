@@ -15,7 +15,6 @@ dtype or in the table's dtype itself (scikit-learn's float32 StandardScaler), an
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -184,15 +183,10 @@ def replay(
 
 
 def build() -> float:
-    """Build (or load from numba's cache) the kernel for every table :func:`replay` passes it,
-    writable and read-only (an array a client's bytes back); the seconds it took (0 without
-    numba: numpy replays)."""
-    if not native.AVAILABLE:
-        return 0.0
-    t0 = time.perf_counter()
+    """Build (or load from numba's cache) the kernel for every table :func:`replay` passes it;
+    the seconds it took (0 without numba: numpy replays)."""
     index = np.zeros(1, np.int64)
-    for writeable in (True, False):
-        table = np.zeros((1, 1))
-        table.flags.writeable = writeable
-        replay(table, index, index, np.zeros((1, 1, 2)), False, np.zeros((1, 1), np.float32), index)
-    return time.perf_counter() - t0
+    params, out = np.zeros((1, 1, 2)), np.zeros((1, 1), np.float32)
+    return native.build_on_tables(
+        lambda table: replay(table, index, index, params, False, out, index)
+    )

@@ -4,10 +4,10 @@ Every load needs skops and its trusted types imported and the JAX backend starte
 loader thread's first job (``Loader.prepare_runtime``), so loads queue behind it rather than
 share the interpreter with it, since both are mostly Python under one GIL. The native host
 kernels (:func:`compiler.warm_kernels`; seconds on a cold numba cache, which lives beside the
-executable cache) only tree and SVC models, and features replayed for trees, run, so they are built on a thread of their own once
-the runtime is prepared and the stored versions are loaded (:func:`start_building_kernels`):
-neither contends with them, and a registration that arrives meanwhile waits only for the kernels
-it runs (numba compiles are locked, never repeated).
+executable cache) only some models run (trees, SVC, and host encodings for trees), so they are
+built on a thread of their own once the runtime is prepared and the stored versions are loaded
+(:func:`start_building_kernels`): neither contends with them, and a registration that arrives
+meanwhile waits only for the kernels it runs (numba compiles are locked, never repeated).
 """
 
 from __future__ import annotations

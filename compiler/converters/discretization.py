@@ -26,7 +26,7 @@ import lazy as lz
 
 from ..context import Context
 from ..features import ColumnMap, Features, Heads
-from ..monotone import Test, answers_differ, computed_as_source, fold, raw_matrix
+from ..monotone import Test, answers_differ, computed_as_source, fold, raw_in_column_order
 from ..registry import register, unsupported_param
 from ..trees import float32_floor
 from ._sorted import padded
@@ -83,13 +83,8 @@ class ExactTests:
         if not self.reads_raw:
             self.x = features.values
             return
-        # The raw float64 columns the maps read, then the other columns as computed, back in
-        # column order.
-        x, where = raw_matrix(features, ctx, range(self.width), raw)
-        order = [where[j] for j in range(self.width)]
-        if order != list(range(int(x.shape[1]))):
-            x = lz.take(x, lz.const(np.asarray(order, np.int32)), axis=1)
-        self.x = x
+        # The raw float64 columns the maps read, and the other columns as computed.
+        self.x = raw_in_column_order(features, ctx, raw)
 
     def source_values(self, values: lz.LazyTensor) -> lz.LazyTensor:
         """(B, F): the source's ``v`` as precisely as the graph has it, given ``values`` (the

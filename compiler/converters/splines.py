@@ -18,7 +18,7 @@ import lazy as lz
 
 from ..context import Context
 from ..features import Features, Heads
-from ..monotone import raw_matrix
+from ..monotone import raw_in_column_order
 from ..registry import register, unsupported_param
 from ._sorted import count_at_most, per_column, rounded
 from .discretization import ExactTests, above, at_least
@@ -112,13 +112,7 @@ def _measured_from(features: Features, origin: np.ndarray, ctx: Context) -> lz.L
     computed columns' own dtype otherwise (their rounding is already made)."""
     maps = features.column_maps()
     raw = [m is not None and not m.steps and m.fill is None for m in maps]
-    if any(raw):
-        v, where = raw_matrix(features, ctx, range(features.width), raw)
-        order = [where[j] for j in range(features.width)]
-        if order != list(range(int(v.shape[1]))):
-            v = lz.take(v, lz.const(np.asarray(order, np.int32)), axis=1)
-    else:
-        v = features.values
+    v = raw_in_column_order(features, ctx, raw) if any(raw) else features.values
     shifted = v - ctx.param(origin, "origin", dtype=v.dtype)
     return shifted if shifted.dtype == ctx.dtype else lz.cast(shifted, ctx.dtype)
 

@@ -41,9 +41,10 @@ def _binary(fn: Any) -> Rule:
 
 def _sqrt(x: torch.Tensor) -> torch.Tensor:
     # IEEE's square root is correctly rounded; torch's vectorized float64 one is not on every
-    # CPU build (one float64 step off for about 1 % of values), so float64 takes numpy's.
+    # CPU build (docs/exactness.md), so float64 takes numpy's.
     if x.dtype == torch.float64:
-        return torch.from_numpy(np.sqrt(x.numpy()))
+        with np.errstate(invalid="ignore"):  # NaN for a negative value, as torch's, silently
+            return torch.from_numpy(np.sqrt(x.numpy()))
     return torch.sqrt(x)
 
 
