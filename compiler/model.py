@@ -342,6 +342,25 @@ def _sample_rows(sample: Any, schema: InputSchema) -> np.ndarray:
     return rows
 
 
+def _replay_sources(traced: Traced) -> tuple[tuple[int, ...], frozenset[int]]:
+    """The raw columns the host's replay reads (none without a replay in a float64 table), and
+    those of them that neither a graph (prediction or explanation), nor the split codes, nor
+    the missing-value check reads."""
+    replayed = traced.replayed_inputs
+    if replayed is None or traced.input_dtype != "float64":
+        return (), frozenset()
+    programs = (
+        [traced.program] if traced.explanation is None else [traced.program, traced.explanation]
+    )
+    reads = [p.columns_read("x", optimized=True) for p in programs]
+    if any(read is None for read in reads):
+        return replayed.source_columns, frozenset()
+    others = set(traced.schema.rejects_nan).union(*reads)  # type: ignore[arg-type]
+    if traced.split_inputs is not None:
+        others |= {source for source, _ in traced.split_inputs.keys}
+    return replayed.source_columns, replayed.sources - others
+
+
 def _methods(estimator: Any, heads: Heads, options: CompileOptions) -> tuple[str, ...]:
     available = tuple(m for m in METHODS if m in heads.outputs and hasattr(estimator, m))
     if options.methods is None:
@@ -379,7 +398,15 @@ class CompiledModel:
         self._dtype = np.dtype(traced.input_dtype)
         #: How float32 input is moved to decide as the source does on it (None: as it is).
         # (Decisions on raw columns read them as float64, so such a table is float64.)
-        self._float32 = Float32Inputs.of(traced.decisions) if self._dtype == np.float64 else None
+        #: The raw columns the replay reads, which a table arriving column by column hands it
+        #: apart (contiguous), and those of them nothing else reads (``x`` holds 0 there).
+        self._apart, self._omitted = _replay_sources(traced)
+        # (Columns only the replay reads need no move: it computes as the source does.)
+        self._float32 = (
+            Float32Inputs.of(d for d in traced.decisions if d.column not in self._omitted)
+            if self._dtype == np.float64
+            else None
+        )
         self._numeric = [c.name for c in self.schema.columns if c.kind == "numeric"]
         self._split_inputs = traced.split_inputs
         self._replayed_inputs = traced.replayed_inputs
@@ -510,12 +537,14 @@ class CompiledModel:
         return self._to_feed(data, check_nan=True)
 
     def _to_feed(self, data: Any, *, check_nan: bool) -> tuple[dict[str, np.ndarray], int]:
-        feed, rows = self.schema.to_feed(data, self._dtype, check_nan=check_nan)
+        feed, rows, apart = self.schema.to_feed_with_columns(
+            data, self._dtype, check_nan=check_nan, columns=self._apart, omitted=self._omitted
+        )
         replayed, moves = self._replayed_inputs, self._float32
         wanted = replayed is not None or moves is not None
         float32_table = wanted and arrives_float32(data, self._numeric)
         if replayed is not None:  # from the values as sent, before any move
-            feed.update(replayed.encode(feed["x"], float32_table=float32_table))
+            feed.update(replayed.encode(feed["x"], float32_table=float32_table, apart=apart))
         if moves is not None and float32_table:
             moves.apply(feed["x"], self.schema.names)  # a copy: the dtypes differ
         if self._split_inputs is not None:

@@ -112,6 +112,7 @@ def _apply32_loops(code: int, p: float, q: float, v: Any, n: int) -> None:
 
 def _replay_loop(
     x: Any,
+    by_rows: bool,
     sources: Any,
     codes: Any,
     params: Any,
@@ -120,25 +121,31 @@ def _replay_loop(
     columns: Any,
     block: int,
 ) -> None:
-    rows, k = x.shape[0], sources.shape[0]
+    rows, k = out.shape[0], sources.shape[0]
     v64 = np.empty(block, np.float64)
     v32 = np.empty(block, np.float32)
     for start in range(0, rows, block):
         n = min(block, rows - start)
-        table = x[start : start + n]
         done = out[start : start + n]
         for c in range(k):
             source, column = sources[c], columns[c]
-            if float32_table:
+            # A row of the (F, B) matrix, contiguous, or a column of the (B, F) table, strided.
+            if by_rows:
+                row = x[source, start : start + n]
                 for i in range(n):
-                    v32[i] = np.float32(table[i, source])
+                    v64[i] = row[i]
+            else:
+                column_ = x[start : start + n, source]
+                for i in range(n):
+                    v64[i] = column_[i]
+            if float32_table:  # the values are float32's (exact in float64)
+                for i in range(n):
+                    v32[i] = np.float32(v64[i])
                 for s in range(codes.shape[0]):
                     _apply32(codes[s], params[s, c, 0], params[s, c, 1], v32, n)
                 for i in range(n):
                     done[i, column] = v32[i]
             else:
-                for i in range(n):
-                    v64[i] = table[i, source]
                 for s in range(codes.shape[0]):
                     _apply64(codes[s], params[s, c, 0], params[s, c, 1], v64, n)
                 for i in range(n):
@@ -179,7 +186,22 @@ def replay(
     # Row-major, so that the kernel has one layout (a client's Fortran-ordered or strided
     # array is copied): each layout would be a build of its own, seconds on a cold cache.
     x = np.ascontiguousarray(x)
-    _built()(x, sources, codes, params, float32_table, out, columns, BLOCK)
+    _built()(x, False, sources, codes, params, float32_table, out, columns, BLOCK)
+
+
+def replay_rows(
+    rows: np.ndarray,
+    sources: np.ndarray,
+    codes: np.ndarray,
+    params: np.ndarray,
+    float32_table: bool,
+    out: np.ndarray,
+    columns: np.ndarray,
+) -> None:
+    """:func:`replay` of rows ``sources`` of the (F, B) float64 matrix ``rows`` (each raw
+    column contiguous), which need no gather."""
+    rows = np.ascontiguousarray(rows)
+    _built()(rows, True, sources, codes, params, float32_table, out, columns, BLOCK)
 
 
 def build() -> float:

@@ -38,6 +38,7 @@ class _Group:
 
     columns: np.ndarray  # (k,) int64: the members' columns in the block
     sources: np.ndarray  # (k,) int64
+    source_rows: np.ndarray  # (k,) int64: the sources' rows in an ``apart`` matrix
     steps: tuple[Any, ...]  # the first member's steps (their kinds are everyone's)
     params: np.ndarray  # (steps, k, 2) float64: each step's parameters per column (0: unused)
     codes: np.ndarray | None  # the native kernel's opcodes (None: numpy replays the group)
@@ -64,36 +65,62 @@ class ReplayedInputs:
         """Per block: the groups of its maps made only of stackable steps
         (:class:`~compiler.features.Fill`, :class:`~compiler.features.Arithmetic`,
         :class:`~compiler.features.Clip`), and its maps replayed one column at a time."""
-        return tuple(_block_plan(block) for block in self.blocks)
+        return tuple(_block_plan(block, self._source_rows) for block in self.blocks)
 
-    def encode(self, x: np.ndarray, *, float32_table: bool) -> dict[str, np.ndarray]:
+    @cached_property
+    def source_columns(self) -> tuple[int, ...]:
+        """:attr:`sources` in order: the rows of :meth:`encode`'s ``apart`` matrix."""
+        return tuple(sorted(self.sources))
+
+    @cached_property
+    def _source_rows(self) -> dict[int, int]:
+        return {j: r for r, j in enumerate(self.source_columns)}
+
+    def encode(
+        self, x: np.ndarray, *, float32_table: bool, apart: np.ndarray | None = None
+    ) -> dict[str, np.ndarray]:
         """The replayed inputs of the (B, F) float64 input table ``x``: (B, k) float32 each.
         ``float32_table``: the client sent float32 values (exact in ``x``), which the source
-        transforms in float32."""
+        transforms in float32. ``apart``: the raw columns :attr:`source_columns` as the rows of
+        a (k, B) float64 matrix (:meth:`~compiler.schema.InputSchema.to_feed_with_columns`),
+        read instead of ``x``, whose columns may then hold 0."""
         dtype = np.float32 if float32_table else np.float64
+        rows = self._source_rows
         out: dict[str, np.ndarray] = {}
         for name, block, (groups, alone) in zip(self.names, self.blocks, self._plan, strict=True):
             values = np.empty((x.shape[0], len(block)), np.float32)
             for group in groups:
-                if group.codes is not None and x.dtype == np.float64:
+                if apart is not None:
+                    if group.codes is not None:
+                        replay_kernel.replay_rows(
+                            apart, group.source_rows, group.codes, group.params, float32_table,
+                            values, group.columns,
+                        )  # fmt: skip
+                        continue
+                    part = apart[group.source_rows].astype(dtype)  # (k, B), a copy
+                elif group.codes is not None and x.dtype == np.float64:
                     replay_kernel.replay(
                         x, group.sources, group.codes, group.params, float32_table,
                         values, group.columns,
                     )  # fmt: skip
                     continue
+                else:
+                    part = np.ascontiguousarray(x[:, group.sources].T, dtype=dtype)  # (k, B)
                 # Elementwise steps on a block compute every element as its column's own step.
-                part = np.ascontiguousarray(x[:, group.sources].T, dtype=dtype)  # (k, B)
                 for step, params in zip(group.steps, group.params, strict=True):
                     part = step.apply(part, *(params[:, p, None] for p in range(len(step.params))))
                 values[:, group.columns] = part.T
             for j in alone:
                 m = block[j]
-                values[:, j] = m.source_values(x[:, m.source], dtype)
+                raw = x[:, m.source] if apart is None else apart[rows[m.source]]
+                values[:, j] = m.source_values(raw, dtype)
             out[name] = values
         return out
 
 
-def _block_plan(block: tuple[ColumnMap, ...]) -> tuple[tuple[_Group, ...], tuple[int, ...]]:
+def _block_plan(
+    block: tuple[ColumnMap, ...], source_rows: dict[int, int]
+) -> tuple[tuple[_Group, ...], tuple[int, ...]]:
     by_kinds: dict[tuple[Any, ...], list[int]] = {}
     alone = []
     for j, m in enumerate(block):
@@ -113,6 +140,7 @@ def _block_plan(block: tuple[ColumnMap, ...]) -> tuple[tuple[_Group, ...], tuple
             _Group(
                 np.asarray(members, np.int64),
                 np.asarray([block[j].source for j in members], np.int64),
+                np.asarray([source_rows[block[j].source] for j in members], np.int64),
                 steps,
                 params,
                 codes,

@@ -299,9 +299,24 @@ class InputSchema:
         ``check_nan=False`` skips the scan for missing values in :attr:`rejects_nan` columns: the
         caller then owes :meth:`check_missing` of ``x`` (say, only when the graph's output shows a
         NaN that such a value would certainly have caused; see :mod:`lazy.nan`)."""
-        return self._to_feed(data, dtype, check_nan)
+        feed, rows, _ = self.to_feed_with_columns(data, dtype, check_nan=check_nan)
+        return feed, rows
 
-    def _to_feed(self, data: Any, dtype: Any, check_nan: bool) -> tuple[dict[str, np.ndarray], int]:
+    def to_feed_with_columns(
+        self,
+        data: Any,
+        dtype: Any = np.float64,
+        *,
+        check_nan: bool = True,
+        columns: Sequence[int] = (),
+        omitted: frozenset[int] = frozenset(),
+    ) -> tuple[dict[str, np.ndarray], int, np.ndarray | None]:
+        """:meth:`to_feed`, and the numeric ``columns`` as the rows of one (k, B) float64 matrix
+        where the table's columns arrive apart (a DataFrame, dict rows or columns; None for a
+        matrix: read them from ``x``). A host encoder that reads whole columns (the replay,
+        :mod:`compiler.replayed_columns`) then reads each contiguously, not strided through
+        ``x``. ``omitted`` of them (only that encoder reads them) hold 0 in ``x`` then, as
+        :attr:`unread` columns do: they are not written twice."""
         # Fast path, once per request: a float matrix of the right width for an all-numeric
         # model needs no per-column work. When every column rejects NaN, x·x (one BLAS dot;
         # squares are >= 0, so no inf - inf) is NaN exactly when some value is.
@@ -319,15 +334,31 @@ class InputSchema:
                 and (len(self.rejects_nan) != x.shape[1] or math.isnan(np.vdot(x, x)))
             ):
                 self.check_missing(x)  # names the column and row
-            return {"x": x}, x.shape[0]
+            return {"x": x}, x.shape[0], None
+        apart: np.ndarray | None = None
         x = self._numeric_matrix(data, dtype)
         if x is not None:  # the common case: one conversion, no per-column Python
             feed: dict[str, np.ndarray] = {"x": x}
         else:
-            columns = self._columns(data)
-            x = np.empty((len(columns[0]) if columns else 0, len(self.columns)), dtype)
+            values_of = self._columns(data)
+            rows = len(values_of[0]) if values_of else 0
+            # Omitted columns hold 0: zeroed memory costs less than a strided write.
+            x = (np.zeros if omitted else np.empty)((rows, len(self.columns)), dtype)
             feed = {"x": x}
-            for j, (col, values) in enumerate(zip(self.columns, columns, strict=True)):
+            row_of = {j: r for r, j in enumerate(columns)}
+            if columns:
+                apart = np.empty((len(columns), rows), np.float64)
+            for j, (col, values) in enumerate(zip(self.columns, values_of, strict=True)):
+                if j in row_of:  # numeric, by the caller's word
+                    assert apart is not None
+                    r = row_of[j]
+                    if values.dtype.kind in "fiub":
+                        apart[r] = values
+                    else:
+                        apart[r] = _to_float(values, col.name, strict=True)
+                    if j not in omitted:
+                        x[:, j] = apart[r]
+                    continue
                 vocab = self.vocabularies.get(j)
                 if vocab is not None and not isinstance(values, np.ndarray):
                     groups = _arrow_groups(values)  # an Arrow string column (see _columns)
@@ -348,7 +379,7 @@ class InputSchema:
                     x[:, j] = _to_float(values, col.name, strict=True)
         if check_nan:
             self.check_missing(x)
-        return feed, x.shape[0]
+        return feed, x.shape[0], apart
 
     def observed(self, data: Any) -> tuple[np.ndarray, dict[int, np.ndarray]]:
         """``data`` as data-quality monitoring reads it: every column as float64 (NaN where

@@ -21,6 +21,7 @@ from .errors import GraphError, InputError
 from .graph import Graph, Signature
 from .node import Node, topological
 from .ops import Op, TensorType
+from .passes import optimize
 from .shapes import B, concrete, is_batched, normalize
 from .tensor import LazyTensor
 
@@ -73,10 +74,13 @@ class Program(Signature):
                 env.update(stage.outputs)
         return {name: env[source] for name, source in self.outputs}
 
-    def columns_read(self, name: str) -> frozenset[int] | None:
+    def columns_read(self, name: str, *, optimized: bool = False) -> frozenset[int] | None:
         """The columns (axis 1) of input ``name`` that some value of the program depends on,
         where every use of the input picks columns by a static slice or constant indices; None
-        where any other use may read them all (a host step, an elementwise op, a loop)."""
+        where any other use may read them all (a host step, an elementwise op, a loop).
+        ``optimized``: of each graph as the executor runs it (:func:`lazy.passes.optimize`),
+        where a read that no output needs once simplified (a cast of the whole table whose
+        columns a slice of a concatenation drops) is gone."""
         if any(env == name for _, env in self.outputs):
             return None
         read: set[int] = set()
@@ -85,7 +89,7 @@ class Program(Signature):
                 if name in stage.inputs:
                     return None
                 continue
-            graph = stage.graph
+            graph = optimize(stage.graph) if optimized else stage.graph
             for node in graph.order:
                 for operand in node.inputs:
                     if operand.op is not Op.INPUT or operand.attr("name") != name:

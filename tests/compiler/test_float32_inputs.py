@@ -111,7 +111,9 @@ def test_trees_behind_scalers_decide_float32_input_as_the_source(name: str) -> N
     method = "predict_proba" if hasattr(pipeline, "predict_proba") else "predict"
     rows = probes(model, x[:3])
     assert _differs_by_input_dtype(pipeline, rows, method) > 0, "no probe tells the dtypes apart"
-    assert model._float32 is not None
+    # The host moves float32 values that folded splits read, and replays the features of
+    # float32-comparing trees in float32 (compiler.replayed_columns), which needs no move.
+    assert model._float32 is not None or model._omitted
     for batch in (rows, rows.astype(np.float64)):
         np.testing.assert_allclose(
             getattr(model, method)(batch), getattr(pipeline, method)(batch), rtol=0, atol=1e-6

@@ -80,6 +80,12 @@ def test_the_native_replay_is_numpys_bit_for_bit(kind: str, float32_table: bool)
     replay_kernel.replay(x, sources, codes, params, float32_table, got, columns)
     assert got[:, columns].T.view(np.uint32).tolist() == want.view(np.uint32).tolist()
     assert (got[:, [4, 6]] == 7.0).all()
+    # The same columns as rows of a (F, B) matrix (a table that arrived column by column).
+    apart = np.full_like(got, 7.0)
+    replay_kernel.replay_rows(
+        np.ascontiguousarray(x.T), sources, codes, params, float32_table, apart, columns
+    )
+    assert apart.view(np.uint32).tolist() == got.view(np.uint32).tolist()
 
 
 def test_unknown_steps_have_no_opcodes() -> None:

@@ -297,6 +297,19 @@ def test_any_other_use_reads_every_column(pick: Callable[[lz.LazyTensor], lz.Laz
     assert _picking(pick).columns_read("x") is None
 
 
+def test_reads_the_optimizer_removes_are_not_reads_of_the_optimized_program() -> None:
+    """A cast of the whole table, concatenated with another input and sliced back to that
+    input's columns only, reads every column as traced and none once simplified."""
+    b = lz.Builder()
+    x = b.input("x", (4,))
+    other = b.input("other", (2,))
+    joined = lz.concat([lz.cast(x, "float32"), other], axis=1)
+    program = b.build({"y": lz.slice_axis(joined, 1, 4, 6) * 2.0})
+    assert program.columns_read("x") is None
+    assert program.columns_read("x", optimized=True) == frozenset()
+    assert program.columns_read("other", optimized=True) is None  # read whole, elementwise
+
+
 def test_a_host_step_on_the_input_reads_every_column() -> None:
     b = lz.Builder()
     x = b.input("x", (3,))

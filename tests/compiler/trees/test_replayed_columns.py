@@ -126,3 +126,34 @@ def test_contributions_of_replayed_features_are_the_folded_ones() -> None:
     np.testing.assert_allclose(
         replayed.contributions(rows), folded.contributions(rows), rtol=0, atol=1e-9
     )
+
+
+def test_columns_only_the_replay_reads_reach_it_apart_from_the_table() -> None:
+    """A table that arrives column by column hands the replay its raw columns as contiguous
+    rows; where nothing else reads one (no graph: its plan column is coded), the input table
+    ``x`` holds 0 there rather than a second, strided copy. Answers are the source's whatever
+    the form of the rows, and a value the source cannot read is still refused by name."""
+    pipe, df = _fit("forest", StandardScaler())
+    compiled = compiler.compile(pipe, options=compiler.CompileOptions(max_batch=256))
+    sources = sorted(compiled.traced.replayed_inputs.sources)
+    assert sources
+    probe = _probes(df).iloc[:600].reset_index(drop=True)
+    feed, _ = compiled.encode(probe)
+    assert not feed["x"][:, sources].any()
+    records = probe.astype(object).where(probe.notna(), None).to_dict("records")
+    as_ints = probe.assign(flag=probe["flag"].fillna(0).astype(np.int64))
+    for rows, source_rows in (
+        (probe, probe),
+        (records, probe),
+        ({c: probe[c].tolist() for c in probe.columns}, probe),
+        (as_ints, as_ints),
+    ):
+        np.testing.assert_allclose(
+            compiled.predict_proba(rows), pipe.predict_proba(source_rows), rtol=0, atol=1e-6
+        )
+    np.testing.assert_array_equal(compiled.predict(probe.to_numpy()), pipe.predict(probe))
+    name = df.columns[sources[0]]
+    bad = probe.astype({name: object})
+    bad.loc[3, name] = "n/a"
+    with pytest.raises(compiler.SchemaError, match=f"{name}"):
+        compiled.predict(bad)
