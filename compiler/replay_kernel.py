@@ -178,30 +178,18 @@ def replay(
     float32_table: bool,
     out: np.ndarray,
     columns: np.ndarray,
+    *,
+    by_rows: bool = False,
 ) -> None:
     """Columns ``sources`` of the (B, F) float64 table ``x`` through the steps ``codes`` with
     ``params`` (steps, k, 2) float64, written as float32 into columns ``columns`` of the
     (B, K) ``out``. ``float32_table``: the values are float32 (exact in ``x``), replayed in
-    float32 as scikit-learn keeps them."""
+    float32 as scikit-learn keeps them. ``by_rows``: ``x`` is (F, B), each raw column a
+    contiguous row (a table that arrived column by column), and ``sources`` are rows."""
     # Row-major, so that the kernel has one layout (a client's Fortran-ordered or strided
     # array is copied): each layout would be a build of its own, seconds on a cold cache.
     x = np.ascontiguousarray(x)
-    _built()(x, False, sources, codes, params, float32_table, out, columns, BLOCK)
-
-
-def replay_rows(
-    rows: np.ndarray,
-    sources: np.ndarray,
-    codes: np.ndarray,
-    params: np.ndarray,
-    float32_table: bool,
-    out: np.ndarray,
-    columns: np.ndarray,
-) -> None:
-    """:func:`replay` of rows ``sources`` of the (F, B) float64 matrix ``rows`` (each raw
-    column contiguous), which need no gather."""
-    rows = np.ascontiguousarray(rows)
-    _built()(rows, True, sources, codes, params, float32_table, out, columns, BLOCK)
+    _built()(x, by_rows, sources, codes, params, float32_table, out, columns, BLOCK)
 
 
 def build() -> float:

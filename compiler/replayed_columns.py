@@ -92,9 +92,9 @@ class ReplayedInputs:
             for group in groups:
                 if apart is not None:
                     if group.codes is not None:
-                        replay_kernel.replay_rows(
+                        replay_kernel.replay(
                             apart, group.source_rows, group.codes, group.params, float32_table,
-                            values, group.columns,
+                            values, group.columns, by_rows=True,
                         )  # fmt: skip
                         continue
                     part = apart[group.source_rows].astype(dtype)  # (k, B), a copy

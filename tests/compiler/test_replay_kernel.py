@@ -82,8 +82,9 @@ def test_the_native_replay_is_numpys_bit_for_bit(kind: str, float32_table: bool)
     assert (got[:, [4, 6]] == 7.0).all()
     # The same columns as rows of a (F, B) matrix (a table that arrived column by column).
     apart = np.full_like(got, 7.0)
-    replay_kernel.replay_rows(
-        np.ascontiguousarray(x.T), sources, codes, params, float32_table, apart, columns
+    by_rows = np.ascontiguousarray(x.T)
+    replay_kernel.replay(
+        by_rows, sources, codes, params, float32_table, apart, columns, by_rows=True
     )
     assert apart.view(np.uint32).tolist() == got.view(np.uint32).tolist()
 
