@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SERVE_STAMP := $(VENV)/.installed-serve
 STAMP := $(VENV)/.installed-test
 
-.PHONY: run test test-slow test-overload tools lint format docs bench bench-http device-wheels clean distclean
+.PHONY: run test test-slow test-overload tools lint format docs bench bench-http device-wheels device-baseline clean distclean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -76,6 +76,13 @@ device-wheels: $(STAMP)
 	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
 	  --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .gpu/wheels \
 	  "scikit-learn==$$($(BIN)/python -c 'import sklearn; print(sklearn.__version__)')" lightgbm
+
+# The float32-decision baseline bench/exactness.py compares against, as files (a lent machine
+# has no git history): BENCH=exactness bash bench/device.sh reads it, with .gpu carried.
+EXACTNESS_BASELINE ?= d098ae2
+device-baseline:
+	rm -rf .gpu/baseline && mkdir -p .gpu/baseline
+	git archive $(EXACTNESS_BASELINE) compiler lazy | tar -x -C .gpu/baseline
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .kestrel-cache

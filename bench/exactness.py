@@ -9,7 +9,10 @@ beside it. Each worker also reports how many labels differ from scikit-learn's o
 (``_probe_rows``), and the largest probability difference.
 
 The baseline is a git revision, checked out into a temporary worktree (``--baseline``, default
-``HEAD``: the last commit, against the working tree). Prints a table; never asserts.
+``HEAD``: the last commit, against the working tree), or a directory holding one
+(``--baseline-dir``, for a machine without the repository's history: a lent accelerator's copy
+of the working tree, with ``make device-baseline``'s ``.gpu/baseline``; see bench/device.sh).
+Prints a table; never asserts.
 
 ``--pipelines`` also takes ``bench/scoring.py``'s pipelines by letter (``a``–``j``, fitted as a
 full run of that bench fits them): this checkout against an older one on the benchmark's own
@@ -22,13 +25,14 @@ true}'`` against ``--baseline HEAD``: one option on against off, same code).
 two runs of one checkout may differ); ``xla`` and ``host`` pin every bucket to one, so that the
 two checkouts are compared like for like.
 
-Usage: python bench/exactness.py [--baseline REV] [--batches 1,10000] [--rounds R]
+Usage: python bench/exactness.py [--baseline REV | --baseline-dir DIR] [--batches 1,10000] [--rounds R]
        [--lowering auto|xla|host] [--pipelines a,b] [--options JSON]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -36,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +84,6 @@ def _fit(name: str) -> tuple[Any, Any]:
         pipeline = SCORING[name]
         data = make_data(pipeline.frame, Scale.full().train_rows, 20_000)
         return fit(pipeline, Scale.full(), data), data.pool
-    import lightgbm as lgb
     import numpy as np
     from sklearn.compose import ColumnTransformer
     from sklearn.ensemble import (
@@ -117,11 +121,20 @@ def _fit(name: str) -> tuple[Any, Any]:
             make_pipeline(ct, GradientBoostingClassifier(n_estimators=50, random_state=0)),
             df,
         ),
-        "lgbm_raw": lambda: (lgb.LGBMClassifier(n_estimators=100, verbose=-1, random_state=0), raw),
+        "lgbm_raw": lambda: (
+            _lightgbm().LGBMClassifier(n_estimators=100, verbose=-1, random_state=0),
+            raw,
+        ),
         "scaled_lr": lambda: (make_pipeline(ct, LogisticRegression(max_iter=500)), df),
     }
     model, frame = models[name]()
     return model.fit(frame, y), frame
+
+
+def _lightgbm() -> Any:
+    import lightgbm  # only its pipeline needs it (an accelerator's image may lack it)
+
+    return lightgbm
 
 
 def _probe_rows(frame: Any, n: int) -> Any:
@@ -201,7 +214,9 @@ class _Worker:
         lowering: str,
         extra: dict[str, Any] | None = None,
     ) -> None:
-        env = {**os.environ, **ONE_THREAD, "PYTHONPATH": str(checkout)}
+        # The checkout first, before whatever else the path holds (an image's own packages).
+        path = os.pathsep.join(filter(None, [str(checkout), os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, **ONE_THREAD, "PYTHONPATH": path}
         code = (
             f"import sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); import exactness; "
             f"exactness.serve({name!r}, {batches!r}, {lowering!r}, {extra!r})"
@@ -279,6 +294,9 @@ def _paired(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", default="HEAD", help="git revision to compare against")
+    parser.add_argument(
+        "--baseline-dir", type=Path, help="a checkout of the baseline (instead of --baseline)"
+    )
     parser.add_argument("--batches", default="1,10000", help="comma-separated batch sizes")
     parser.add_argument("--rounds", type=int, default=40, help="paired rounds per batch")
     parser.add_argument("--pipelines", default=",".join(PIPELINES))
@@ -289,22 +307,33 @@ def main() -> None:
     args = parser.parse_args()
     extra = json.loads(args.options)
     batches = [int(b) for b in args.batches.split(",")]
+    with _baseline(args.baseline, args.baseline_dir) as base:
+        checkouts = {"baseline": base, "exact": ROOT}
+        for name in args.pipelines.split(","):
+            try:
+                result = _paired(checkouts, name, batches, args.rounds, args.lowering, extra)
+            except RuntimeError as exc:
+                print(f"{name} | error: {exc}", flush=True)
+                continue
+            _print_row(name, result, batches)
+
+
+@contextlib.contextmanager
+def _baseline(revision: str, directory: Path | None) -> Iterator[Path]:
+    """The baseline checkout: ``directory`` as it is, else ``revision`` in a temporary git
+    worktree, removed afterwards."""
+    if directory is not None:
+        if not (directory / "compiler").is_dir():
+            raise SystemExit(f"--baseline-dir {directory}: no checkout there (no compiler/)")
+        yield directory.resolve()
+        return
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "baseline"
         subprocess.run(
-            ["git", "worktree", "add", "--detach", "-q", str(base), args.baseline],
-            cwd=ROOT,
-            check=True,
+            ["git", "worktree", "add", "--detach", "-q", str(base), revision], cwd=ROOT, check=True
         )
         try:
-            checkouts = {"baseline": base, "exact": ROOT}
-            for name in args.pipelines.split(","):
-                try:
-                    result = _paired(checkouts, name, batches, args.rounds, args.lowering, extra)
-                except RuntimeError as exc:
-                    print(f"{name} | error: {exc}", flush=True)
-                    continue
-                _print_row(name, result, batches)
+            yield base
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT)
 
