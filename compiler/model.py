@@ -396,12 +396,12 @@ class CompiledModel:
         #: Where its answers may change, per raw input column (the parity gate probes these).
         self.decisions = traced.decisions
         self._dtype = np.dtype(traced.input_dtype)
-        #: How float32 input is moved to decide as the source does on it (None: as it is).
-        # (Decisions on raw columns read them as float64, so such a table is float64.)
         #: The raw columns the replay reads, which a table arriving column by column hands it
         #: apart (contiguous), and those of them nothing else reads (``x`` holds 0 there).
         self._apart, self._omitted = _replay_sources(traced)
-        # (Columns only the replay reads need no move: it computes as the source does.)
+        #: How float32 input is moved to decide as the source does on it (None: as it is).
+        # (Decisions on raw columns read them as float64, so such a table is float64. Columns
+        # only the replay reads need no move: it computes float32 input as the source does.)
         self._float32 = (
             Float32Inputs.of(d for d in traced.decisions if d.column not in self._omitted)
             if self._dtype == np.float64

@@ -18,6 +18,7 @@ from xgboost import XGBClassifier
 
 import compiler
 import lazy as lz
+from lazy import native
 from tests.compiler.test_split_codes import _probes
 
 MODELS = {
@@ -128,11 +129,16 @@ def test_contributions_of_replayed_features_are_the_folded_ones() -> None:
     )
 
 
-def test_columns_only_the_replay_reads_reach_it_apart_from_the_table() -> None:
+@pytest.mark.parametrize("numba", [True, False], ids=["kernel", "numpy"])
+def test_columns_only_the_replay_reads_reach_it_apart_from_the_table(
+    numba: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A table that arrives column by column hands the replay its raw columns as contiguous
     rows; where nothing else reads one (no graph: its plan column is coded), the input table
     ``x`` holds 0 there rather than a second, strided copy. Answers are the source's whatever
-    the form of the rows, and a value the source cannot read is still refused by name."""
+    the form of the rows, with the native kernel or numpy's replay, and a value the source
+    cannot read is still refused by name."""
+    monkeypatch.setattr(native, "AVAILABLE", numba and native.AVAILABLE)
     pipe, df = _fit("forest", StandardScaler())
     compiled = compiler.compile(pipe, options=compiler.CompileOptions(max_batch=256))
     sources = sorted(compiled.traced.replayed_inputs.sources)
