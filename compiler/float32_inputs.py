@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lazy import native
+from lazy.dtypes import round_down, round_up
 
 from .errors import SchemaError
 
@@ -37,17 +38,12 @@ if TYPE_CHECKING:
 
 def float32_floor(threshold: Any) -> np.ndarray:
     """The largest float32 ``t32 <= t``: for every float32 x, ``x <= t`` iff ``x <= t32``."""
-    t = np.asarray(threshold, np.float64)
-    with np.errstate(over="ignore"):
-        t32 = t.astype(np.float32)
-    above = t32.astype(np.float64) > t
-    t32[above] = np.nextafter(t32[above], np.float32(-np.inf))
-    return t32
+    return round_down(threshold, "float32")
 
 
 def _ceil32(x: np.ndarray) -> np.ndarray:
     """The smallest float32 value at least each float64 ``x``, as float64."""
-    return -float32_floor(-np.asarray(x, np.float64)).astype(np.float64)
+    return round_up(x, "float32").astype(np.float64)
 
 
 def _key32(v: np.ndarray) -> np.ndarray:

@@ -207,6 +207,8 @@ def _on_background(table: lz.LazyTensor, ctx: Context, sample: Any, where: str) 
     return np.asarray(lz.run_program(program, feed)["contributions"], np.float64)
 
 
+_FLOAT32 = np.dtype(np.float32)
+
 #: The largest bucket of an explanation program (larger calls are chunked).
 EXPLAIN_ROWS = 128
 
@@ -413,6 +415,8 @@ class CompiledModel:
         #: The explanation program, compiled on first use (:meth:`_explainer`).
         self._explainer_runner: Callable[[Mapping[str, np.ndarray]], Any] | None = None
         self._decoders = _decoders(traced)
+        #: Whether a float32 table runs the program narrowed for it (lazy.narrowing) as it is.
+        self._narrows = False
         if options.backend == "interpreter":
             self._runner = lambda feed: lz.run_program(traced.program, feed)
             self._run_one: Callable[[Any, str], np.ndarray] = lambda feed, m: self._runner(feed)[m]
@@ -425,14 +429,27 @@ class CompiledModel:
                 options.cache,
                 warmup=options.warmup,
                 plan=options.plan,
+                narrow_input="x" if self._reads_float32_as_is() else None,
             )
             self._runner = compiled
             self._run_one = compiled.run_one  # one head: a host plan computes only that head
             self.compiled = compiled
+            self._narrows = compiled.narrows is not None
             stages = tuple(compiled.stages)
         #: Heads whose output row is NaN whenever its input row has a NaN the model must refuse:
         #: for these the per-request path looks for NaN in the output, not in the whole input.
         self.nan_checked_on_output = _heads_surfacing_nan(traced, stages)
+
+    def _reads_float32_as_is(self) -> bool:
+        """Whether a float32 table could be read as it is, widened only in the graph: a float64
+        input table that the host neither moves (:mod:`.float32_inputs`) nor encodes from
+        (split codes, the replay), so that only the graph reads it."""
+        return (
+            self._dtype == np.float64
+            and self._float32 is None
+            and self._split_inputs is None
+            and self._replayed_inputs is None
+        )
 
     @property
     def formulations(self) -> tuple[str, ...]:
@@ -537,12 +554,14 @@ class CompiledModel:
         return self._to_feed(data, check_nan=True)
 
     def _to_feed(self, data: Any, *, check_nan: bool) -> tuple[dict[str, np.ndarray], int]:
-        feed, rows, apart = self.schema.to_feed_with_columns(
-            data, self._dtype, check_nan=check_nan, columns=self._apart, omitted=self._omitted
-        )
         replayed, moves = self._replayed_inputs, self._float32
-        wanted = replayed is not None or moves is not None
+        wanted = replayed is not None or moves is not None or self._narrows
         float32_table = wanted and arrives_float32(data, self._numeric)
+        # A float32 table goes to the program narrowed for it as it is, no float64 copy.
+        dtype = _FLOAT32 if float32_table and self._narrows else self._dtype
+        feed, rows, apart = self.schema.to_feed_with_columns(
+            data, dtype, check_nan=check_nan, columns=self._apart, omitted=self._omitted
+        )
         if replayed is not None:  # from the values as sent, before any move
             feed.update(replayed.encode(feed["x"], float32_table=float32_table, apart=apart))
         if moves is not None and float32_table:

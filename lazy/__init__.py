@@ -36,6 +36,7 @@ from .executor import (
 from .graph import Graph
 from .interpreter import evaluate, run_program
 from .loop import LoopBody, fori_loop
+from .narrowing import narrowed
 from .node import Node
 from .ops import HOST_ONLY, SPECS, Op
 from .plan import DEVICE, HOST, ExecutionPlan, GraphPlan, Placement, PlanError
@@ -166,6 +167,7 @@ __all__ = [
     "may_be_nan",
     "min",
     "minimum",
+    "narrowed",
     "ndtri",
     "reduce_and",
     "remainder",

@@ -56,3 +56,21 @@ def oracle(dtype: str) -> np.dtype:
     if dtype in {"int32", "int64"}:
         return np.dtype(np.int64)
     return np.dtype(dtype)
+
+
+def round_down(values: object, dtype: str) -> np.ndarray:
+    """The largest ``dtype`` value at most each value (NaN stays NaN; past the largest finite
+    value, that value): for every ``x`` of ``dtype``, ``x <= t`` iff ``x <= round_down(t)`` and
+    ``x > t`` iff ``x > round_down(t)``."""
+    t = np.asarray(values, np.float64)
+    with np.errstate(over="ignore"):
+        rounded = t.astype(dtype)
+    above = rounded.astype(np.float64) > t
+    rounded[above] = np.nextafter(rounded[above], rounded.dtype.type(-np.inf))
+    return rounded
+
+
+def round_up(values: object, dtype: str) -> np.ndarray:
+    """The smallest ``dtype`` value at least each value: for every ``x`` of ``dtype``, ``x >= t``
+    iff ``x >= round_up(t)`` and ``x < t`` iff ``x < round_up(t)``."""
+    return -round_down(-np.asarray(values, np.float64), dtype)

@@ -18,7 +18,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -31,6 +31,7 @@ from .dtypes import DTypePolicy
 from .errors import BackendError, InputError
 from .graph import Graph
 from .loop import within
+from .narrowing import narrowed
 from .node import Node
 from .ops import Op
 from .passes import inline_params, optimize, prune, specialize
@@ -492,6 +493,14 @@ class CompiledGraph:
         arrays, rows = self._validate(inputs)
         return self._run_rows(arrays, rows)
 
+    def runs_on_host(self, rows: int) -> bool:
+        """Whether a call of ``rows`` rows runs host plans: pinned to them, or its (largest)
+        bucket placed there; False for a bucket not placed yet."""
+        if self._pinned is not None:
+            return self._pinned == HOST
+        index = self.buckets.index(min(max(rows, 1), self.buckets.call_rows))
+        return self._buckets[index].on_host
+
     def run_one(self, inputs: Mapping[str, Any], output: int) -> np.ndarray:
         """Output number ``output`` alone. Where the bucket runs a host plan, a plan of that
         output only (built on first use): each numpy call has a fixed cost whatever its size, so a
@@ -698,7 +707,12 @@ class CompiledProgram:
 
     ``plan``: the execution plan an earlier compile of the same program decided (its graphs'
     plans in order); each graph follows its own where it still matches (see
-    :attr:`plan_refused`)."""
+    :attr:`plan_refused`).
+
+    ``narrow_input``: a float64 input whose float32 arrays run the program narrowed for them
+    (:func:`lazy.narrowing.narrowed`) where this program would run them on the host: compiled
+    alongside, as host plans, where some decision narrows; its graphs follow this program's in
+    :attr:`graphs`, warm-up and the plan."""
 
     def __init__(
         self,
@@ -706,6 +720,7 @@ class CompiledProgram:
         options: Options = Options(),
         cache: ExecutableCache | None = None,
         plan: ExecutionPlan | None = None,
+        narrow_input: str | None = None,
     ) -> None:
         self.program = program
         graph_plans = iter(plan.graphs if plan is not None else ())
@@ -729,10 +744,28 @@ class CompiledProgram:
                 self._only = None
             elif picks != list(range(len(self._only.output_names))):
                 self._picks = picks
+        #: (input, the program compiled for its float32 arrays) where some decision narrows:
+        #: host plans only, for the calls this program's one graph runs on the host (elsewhere
+        #: the backend computes the widening with the rest, as fast).
+        self._narrow: tuple[str, CompiledProgram] | None = None
+        narrow = None
+        if narrow_input is not None and self._only is not None:
+            narrow = narrowed(program, narrow_input)
+        if narrow is not None:
+            rest = ExecutionPlan(tuple(graph_plans)) if plan is not None else None
+            host = replace(options, backend="numpy")
+            self._narrow = narrow_input, CompiledProgram(narrow, host, cache, rest)  # type: ignore[assignment]
 
     @property
     def graphs(self) -> list[CompiledGraph]:
-        return [s for s in self.stages if isinstance(s, CompiledGraph)]
+        """Every graph it compiles: its stages', then those of its narrowed program."""
+        own = [s for s in self.stages if isinstance(s, CompiledGraph)]
+        return own if self._narrow is None else own + self._narrow[1].graphs
+
+    @property
+    def narrows(self) -> str | None:
+        """The input whose float32 arrays run a narrowed program (None: none does)."""
+        return None if self._narrow is None else self._narrow[0]
 
     @property
     def formulations(self) -> tuple[str, ...]:
@@ -793,8 +826,22 @@ class CompiledProgram:
 
             graph.warmup(warmed)
 
+    def _narrowed_for(self, inputs: Mapping[str, Any]) -> CompiledProgram | None:
+        """The narrowed program, where ``inputs`` hold a float32 array of its input."""
+        if self._narrow is None:
+            return None
+        name, program = self._narrow
+        value = inputs.get(name)
+        if type(value) is not np.ndarray or value.dtype != np.float32:
+            return None
+        assert self._only is not None  # a narrowed program is built for one graph only
+        return program if self._only.runs_on_host(len(value)) else None
+
     def run_one(self, inputs: Mapping[str, Any], name: str) -> np.ndarray:
         """The output ``name`` alone (see :meth:`CompiledGraph.run_one`)."""
+        narrow = self._narrowed_for(inputs)
+        if narrow is not None:
+            return narrow.run_one(inputs, name)
         if self._only is not None:
             position = self._names.index(name)
             picked = position if self._picks is None else self._picks[position]
@@ -802,6 +849,9 @@ class CompiledProgram:
         return self(inputs)[name]
 
     def __call__(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        narrow = self._narrowed_for(inputs)
+        if narrow is not None:
+            return narrow(inputs)
         if self._only is not None:
             outs = self._only.run_list(inputs)
             if self._picks is not None:
@@ -817,14 +867,16 @@ def compile(
     *,
     warmup: bool = True,
     plan: ExecutionPlan | None = None,
+    narrow_input: str | None = None,
 ) -> CompiledProgram:
     """Compile a program (or a single graph) for ``options.backend``; warm every bucket, where
-    ``plan`` (an earlier compile's :attr:`CompiledProgram.plan`) places them if given."""
+    ``plan`` (an earlier compile's :attr:`CompiledProgram.plan`) places them if given; with
+    ``narrow_input``, also the program its float32 arrays run (:class:`CompiledProgram`)."""
     if isinstance(program, Graph):
         program = Program(
             program.inputs, (GraphStage(program),), tuple((n, n) for n in program.output_names)
         )
-    compiled = CompiledProgram(program, options, cache, plan)
+    compiled = CompiledProgram(program, options, cache, plan, narrow_input)
     if warmup:
         compiled.warmup()
     return compiled

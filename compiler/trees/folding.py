@@ -41,7 +41,9 @@ from .strategies import leaf_sum
 #: docs/operators.md's exactness notes of the tree families (``register(..., exactness=...)``).
 FLOAT64_SPLITS = (
     "splits compare float64, on the raw float64 columns (float64 input); scalers and imputers "
-    "before them are folded into the thresholds"
+    "before them are folded into the thresholds; a float32 table of the raw columns is read as "
+    "it is where no step precedes them and no split codes encode them, compared in float32 "
+    "with the thresholds rounded down (the same decisions)"
 )
 FLOAT32_SPLITS = (
     "splits compare float32(x) as the source does (float32 input on raw columns); behind "

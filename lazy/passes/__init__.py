@@ -1,5 +1,5 @@
-"""Graph passes: dead heads, casts, constant and affine folding, parameter inlining, and the
-choice of one formulation per VARIANT.
+"""Graph passes: dead heads, casts, constant and affine folding, decisions on widened values,
+parameter inlining, and the choice of one formulation per VARIANT.
 
 Dead code never survives a graph: :attr:`Graph.order` only holds what the outputs need, so dropping
 unused heads (:func:`prune`) is dead-code elimination.
@@ -18,9 +18,12 @@ from .rules import (
     AFFINE_MATMUL,
     BIAS_CHAIN,
     CAST_CHAIN,
+    COMPARE_OF_WIDENED,
     DEFAULT_RULES,
     FOLD_CONSTANTS,
+    FOREST_OF_WIDENED,
     IDENTITY_CAST,
+    NARROWING_RULES,
     RESHAPE_CHAIN,
     RESHAPE_ROUND_TRIP,
     SLICE_OF_CONCAT,
@@ -76,9 +79,12 @@ __all__ = [
     "AFFINE_MATMUL",
     "BIAS_CHAIN",
     "CAST_CHAIN",
+    "COMPARE_OF_WIDENED",
     "DEFAULT_RULES",
     "FOLD_CONSTANTS",
+    "FOREST_OF_WIDENED",
     "IDENTITY_CAST",
+    "NARROWING_RULES",
     "RESHAPE_CHAIN",
     "RESHAPE_ROUND_TRIP",
     "SLICE_OF_CONCAT",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dtypes import FLOATS, round_down, round_up
 from ..node import Node, is_leaf
 from ..ops import SPECS, Op
 from .rewrite import Pattern, RewriteContext, Rule
@@ -227,6 +228,68 @@ SLICE_OF_CONCAT = Rule(
     _slice_of_concat,
 )
 
+# --- narrowing: decisions on an exactly widened value --------------------------------------
+
+
+def _widened(node: Node, ctx: RewriteContext) -> bool:
+    """A float cast to a wider float: exact, so a comparison of it with a parameter-only value
+    decides as that value rounded to the narrow dtype, compared with the operand."""
+    return node.inputs[0].dtype in FLOATS and node.dtype in _LOSSLESS[node.inputs[0].dtype]
+
+
+def _forest_of_widened(b: dict[str, Node], ctx: RewriteContext) -> Node | None:
+    forest, narrow = b["forest"], b["x"]
+    _, feature, threshold, nan_right, left, value = forest.inputs
+    if not ctx.param_only(threshold):
+        return None
+    # A split sends v right where v > t: for v of the narrow dtype, where v > round_down(t).
+    below = round_down(ctx.value(threshold), narrow.dtype)
+    t = ctx.new_param(below, narrow, f"{narrow.dtype}_below", [threshold])
+    inputs = [narrow, feature, t, nan_right, left, value]
+    return Node.make(Op.FOREST_SUM, inputs, **dict(forest.attrs))
+
+
+#: A forest walked on a widened table walks the narrow table against thresholds rounded down:
+#: the same paths for every value (the narrow kernel moves half the bytes; :mod:`lazy.narrowing`).
+FOREST_OF_WIDENED = Rule(
+    "forest-of-widened",
+    Pattern(
+        Op.FOREST_SUM,
+        (Pattern(Op.CAST, (Pattern(bind="x"),), where=_widened), *[Pattern()] * 5),
+        bind="forest",
+    ),
+    _forest_of_widened,
+)
+
+#: ``v > t`` and ``v <= t`` hold for a narrow ``v`` as they do against ``t`` rounded down;
+#: ``v < t`` and ``v >= t`` as against ``t`` rounded up. With the operands swapped, mirrored.
+_ROUNDING = {Op.GT: round_down, Op.LE: round_down, Op.LT: round_up, Op.GE: round_up}
+_MIRROR = {Op.GT: Op.LT, Op.LT: Op.GT, Op.GE: Op.LE, Op.LE: Op.GE}
+
+
+def _compare_of_widened(b: dict[str, Node], ctx: RewriteContext) -> Node | None:
+    compare = b["compare"]
+    lhs, rhs = compare.inputs
+    op = compare.op
+    if rhs.op is Op.CAST and not (lhs.op is Op.CAST and _widened(lhs, ctx)):
+        lhs, rhs, op = rhs, lhs, _MIRROR[op]  # the widened value on the left
+    if lhs.op is not Op.CAST or not _widened(lhs, ctx) or not ctx.param_only(rhs):
+        return None
+    narrow = lhs.inputs[0]
+    bound = _ROUNDING[op](ctx.value(rhs), narrow.dtype)
+    name = f"{narrow.dtype}_{_ROUNDING[op].__name__}"
+    return Node.make(op, [narrow, ctx.new_param(bound, narrow, name, [rhs])], **dict(compare.attrs))
+
+
+COMPARE_OF_WIDENED = Rule(
+    "compare-of-widened",
+    Pattern(frozenset(_ROUNDING), bind="compare"),
+    _compare_of_widened,
+)
+
+#: The rules that move a decision onto the narrow operand of a widening cast.
+NARROWING_RULES: tuple[Rule, ...] = (FOREST_OF_WIDENED, COMPARE_OF_WIDENED)
+
 #: The default pipeline: simplify casts, fold parameter-only subgraphs, fold affine maps and
 #: bias chains, drop reshape round trips and the parts of concatenations no slice reads.
 DEFAULT_RULES: tuple[Rule, ...] = (
@@ -238,4 +301,5 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     RESHAPE_CHAIN,
     RESHAPE_ROUND_TRIP,
     SLICE_OF_CONCAT,
+    *NARROWING_RULES,
 )

@@ -8,6 +8,7 @@ exact on float32 input and on float64 input alike."""
 
 from __future__ import annotations
 
+import lightgbm
 import numpy as np
 import pandas as pd
 import pytest
@@ -30,6 +31,7 @@ from sklearn.preprocessing import (
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
 import compiler
+import lazy as lz
 from compiler import float32_inputs
 from compiler.errors import SchemaError
 from compiler.float32_inputs import ColumnShift, Float32Inputs, arrives_float32
@@ -172,6 +174,58 @@ def test_a_float32_frame_with_strings_decides_as_the_source() -> None:
     assert differ.any(), "no probe tells the dtypes apart"
     np.testing.assert_array_equal(model.predict_proba(rows), pipeline.predict_proba(rows))
     np.testing.assert_array_equal(model.predict_proba(as64), pipeline.predict_proba(as64))
+
+
+#: Sources that compare float64: a float32 table reaches them widened exactly, so the compiled
+#: model reads it as it is and decides on it in float32 (lazy.narrowing), with no host work.
+FLOAT64_COMPARING = {
+    "hgb": lambda: HistGradientBoostingClassifier(max_iter=30, random_state=0),
+    "lightgbm": lambda: lightgbm.LGBMClassifier(
+        n_estimators=20, num_leaves=15, min_child_samples=5, random_state=0, verbose=-1
+    ),
+    "hgb-regressor": lambda: HistGradientBoostingRegressor(max_iter=20, random_state=0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLOAT64_COMPARING))
+def test_float32_tables_are_decided_as_they_are_by_float64_comparing_trees(name: str) -> None:
+    x, y = real_data()
+    source = FLOAT64_COMPARING[name]().fit(x, y)
+    # Split codes (chosen for few columns compared often) would encode the table instead.
+    options = compiler.CompileOptions(split_codes=False)
+    model = compiler.compile(source, sample=x[:64], options=options)
+    assert model.compiled.narrows == "x"
+    rows = probes(model, x[:3])
+    rows[::7, 2] = np.nan
+    feed, _ = model.encode(rows)
+    assert feed["x"] is rows  # no copy, no widening on the host
+    method = "predict_proba" if hasattr(source, "predict_proba") else "predict"
+    narrow = model.compiled.graphs[-1]
+    with model.pinned(lz.HOST):  # where warm-up's timing placed the buckets is noise here
+        calls = narrow.stats.calls
+        getattr(model, method)(rows)
+        assert narrow.stats.calls > calls  # the narrowed program answered
+    # On every formulation, the same answers as the float64 table of the same values, and as
+    # the source's (the device widens the table itself).
+    expected = getattr(source, method)(rows)
+    for formulation in model.formulations:
+        with model.pinned(formulation):
+            got = getattr(model, method)(rows)
+            np.testing.assert_array_equal(got, getattr(model, method)(rows.astype(np.float64)))
+            np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+            if method == "predict_proba":
+                np.testing.assert_array_equal(model.predict(rows), source.predict(rows))
+
+
+def test_a_float32_table_the_host_moves_is_not_narrowed() -> None:
+    """Behind a scaler, float32 input is decided at other thresholds: the host moves the values
+    (float64), so the program stays the float64 one."""
+    x, y = real_data()
+    pipeline = PIPELINES["minmax-clip-hgb"]().fit(x, y)
+    model = compiler.compile(pipeline, sample=x[:64])
+    assert model._float32 is not None and model.compiled.narrows is None
+    rows = probes(model, x[:3])
+    assert model.encode(rows)[0]["x"].dtype == np.float64
 
 
 def test_what_arrives_as_float32() -> None:
