@@ -452,6 +452,12 @@ class CompiledModel:
         )
 
     @property
+    def narrows_float32(self) -> bool:
+        """Whether a float32 table runs a program narrowed for it on the host kernels
+        (:func:`lazy.narrowed`) rather than the float64 one: a path of its own to check."""
+        return self._narrows
+
+    @property
     def formulations(self) -> tuple[str, ...]:
         """Where its graphs may run: the device lowering and the host plan (``lazy.DEVICE``,
         ``lazy.HOST``), the host alone, or none to choose from (the interpreter)."""

@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 
 import compiler
+import lazy as lz
+from compiler.float32_inputs import arrives_float32
 from compiler.schema import describe_mismatch
 
 from . import parity_probes
@@ -284,29 +286,56 @@ def check_parity(
     def what(row: int) -> str:
         return labels[row] if labels is not None else f"row {row}"
 
-    expected = {m: side_by_side(source_method(estimator, m)(rows)) for m in model.methods}
     formulations = model.formulations
+    pinned = formulations if len(formulations) > 1 else (None,)
+    # (what the run is called, the rows, the formulations it runs on): a float32 table runs a
+    # program of its own on the host kernels, where the model narrows one for it.
+    tables: list[tuple[str | None, Any, Sequence[str | None]]] = [(None, rows, pinned)]
+    as_float32 = _float32_table(model, rows) if model.narrows_float32 else None
+    if as_float32 is not None:
+        host = (lz.HOST,) if lz.HOST in formulations else (None,)
+        tables.append(("float32 table", as_float32, host))
     runs: list[tuple[str | None, list[MethodParity], list[str]]] = []
-    for formulation in formulations if len(formulations) > 1 else (None,):
-        with model.pinned(formulation) if formulation else contextlib.nullcontext():
-            compiled = {m: side_by_side(v) for m, v in model.outputs(rows).items()}
-        results, problems = compare(
-            compiled,
-            expected,
-            n,
-            labels=model.classes_ is not None,
-            rtol=rtol,
-            atol=atol,
-            what=what,
-        )
-        runs.append((formulation, results, problems))
+    for table, table_rows, on in tables:
+        expected = {m: side_by_side(source_method(estimator, m)(table_rows)) for m in model.methods}
+        for formulation in on:
+            with model.pinned(formulation) if formulation else contextlib.nullcontext():
+                compiled = {m: side_by_side(v) for m, v in model.outputs(table_rows).items()}
+            results, problems = compare(
+                compiled,
+                expected,
+                n,
+                labels=model.classes_ is not None,
+                rtol=rtol,
+                atol=atol,
+                what=what,
+            )
+            where = [f"the {formulation} plan" if formulation else None, table]
+            runs.append((", ".join(w for w in where if w) or None, results, problems))
     problems = [
-        f"on the {formulation} plan: {problem}" if formulation else problem
-        for formulation, _, found in runs
+        f"on {where}: {problem}" if where else problem
+        for where, _, found in runs
         for problem in found
     ]
     results = [_worst(per_method) for per_method in zip(*(r for _, r, _ in runs), strict=True)]
     return ParityResult(not problems, n, source, results, "; ".join(problems) or None)
+
+
+def _float32_table(model: compiler.CompiledModel, rows: Any) -> Any:
+    """``rows`` as a float32 table (an array, or a frame with its numeric columns float32),
+    where the model reads it so; None where rows of this form never arrive as float32 (dict
+    rows, values that are not numbers)."""
+    numeric = [c.name for c in model.schema.columns if c.kind == "numeric"]
+    if isinstance(rows, np.ndarray) and rows.dtype.kind == "f":
+        table = rows.astype(np.float32)
+    elif hasattr(rows, "astype") and hasattr(rows, "columns") and numeric:
+        try:
+            table = rows.astype({name: np.float32 for name in numeric})
+        except (KeyError, TypeError, ValueError):
+            return None
+    else:
+        return None
+    return table if arrives_float32(table, numeric) else None
 
 
 def _worst(results: Sequence[MethodParity]) -> MethodParity:

@@ -190,3 +190,29 @@ def test_the_gate_checks_the_device_lowering_where_the_host_won_every_bucket(mon
         assert "on the host plan" not in result.problem
     result = _gate(est, _compiled(est), x[:50])
     assert result.ok, result.problem
+
+
+def test_the_gate_checks_float32_tables_on_the_program_narrowed_for_them(monkeypatch) -> None:
+    """A float64-comparing forest reads a float32 table as it is, through a program of its own
+    (lazy.narrowing): the gate runs its probes as a float32 table too, and with that program's
+    thresholds rounded to nearest instead of down, refuses it by name while the float64 table
+    passes."""
+    from lazy.passes import rules
+
+    x, y = load_breast_cancer(return_X_y=True)
+    est = HistGradientBoostingClassifier(max_iter=15, random_state=0).fit(x, y)
+    options = compiler.CompileOptions(max_batch=256, split_codes=False)
+    model = compiler.compile(est, options=options)
+    assert model.narrows_float32
+    result = _gate(est, model, x[:50])
+    assert result.ok, result.problem
+    with monkeypatch.context() as broken:
+        broken.setattr(rules, "round_down", lambda values, dtype: np.asarray(values).astype(dtype))
+        model = compiler.compile(est, options=options)
+    assert model.narrows_float32
+    result = _gate(est, model, x[:50])
+    assert not result.ok
+    # Named as the float32 table's run ("on the host plan, float32 table: ..."); the float64
+    # table's runs ("on the ... plan: ...") found nothing.
+    assert "on the host plan, float32 table: " in result.problem
+    assert "plan: " not in result.problem
