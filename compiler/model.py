@@ -453,8 +453,9 @@ class CompiledModel:
 
     @property
     def narrows_float32(self) -> bool:
-        """Whether a float32 table runs a program narrowed for it on the host kernels
-        (:func:`lazy.narrowed`) rather than the float64 one: a path of its own to check."""
+        """Whether a float32 table runs a program narrowed for it (:func:`lazy.narrowed`)
+        rather than the float64 one, where that program's formulation narrows: a path of its
+        own to check."""
         return self._narrows
 
     @property

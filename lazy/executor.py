@@ -239,9 +239,13 @@ class CompiledGraph:
         options: Options = Options(),
         cache: ExecutableCache | None = None,
         plan: GraphPlan | None = None,
+        follow: CompiledGraph | None = None,
     ) -> None:
         self.source = graph
         self.options = options
+        #: A graph whose placements this one's buckets take (by rows) instead of measuring:
+        #: a program narrowed for float32 input runs where its float64 program runs.
+        self._follow = follow
         self.backend = (
             get_backend(options.backend) if isinstance(options.backend, str) else options.backend
         )
@@ -458,6 +462,9 @@ class CompiledGraph:
             return Placement(rows, HOST, "the graph's backend runs on the host")
         if self._host_excluded is not None:
             return Placement(rows, DEVICE, self._host_excluded)
+        if self._follow is not None:
+            runs_on = HOST if self._follow.runs_on_host(rows) else DEVICE
+            return Placement(rows, runs_on, "where the float64 program runs these rows")
         if rows > self.options.host_rows:
             return Placement(rows, DEVICE, f"over host_rows ({self.options.host_rows})")
         larger = [b for b in self._buckets[index + 1 :] if b.on_host]
@@ -710,9 +717,11 @@ class CompiledProgram:
     :attr:`plan_refused`).
 
     ``narrow_input``: a float64 input whose float32 arrays run the program narrowed for them
-    (:func:`lazy.narrowing.narrowed`) where this program would run them on the host: compiled
-    alongside, as host plans, where some decision narrows; its graphs follow this program's in
-    :attr:`graphs`, warm-up and the plan."""
+    (:func:`lazy.narrowing.narrowed`), compiled alongside where some decision narrows, for the
+    calls whose formulation (where this program's one graph runs them: the host plan or the
+    device) narrows: its buckets are placed as this program's, and its graphs follow this
+    program's in :attr:`graphs`, warm-up and the plan. ``follow``: for such a program, the
+    graph whose placements its graph takes."""
 
     def __init__(
         self,
@@ -721,11 +730,13 @@ class CompiledProgram:
         cache: ExecutableCache | None = None,
         plan: ExecutionPlan | None = None,
         narrow_input: str | None = None,
+        *,
+        follow: CompiledGraph | None = None,
     ) -> None:
         self.program = program
         graph_plans = iter(plan.graphs if plan is not None else ())
         self.stages: list[CompiledGraph | HostStage] = [
-            CompiledGraph(s.graph, options, cache, next(graph_plans, None))
+            CompiledGraph(s.graph, options, cache, next(graph_plans, None), follow)
             if isinstance(s, GraphStage)
             else s
             for s in program.stages
@@ -744,17 +755,18 @@ class CompiledProgram:
                 self._only = None
             elif picks != list(range(len(self._only.output_names))):
                 self._picks = picks
-        #: (input, the program compiled for its float32 arrays) where some decision narrows:
-        #: host plans only, for the calls this program's one graph runs on the host (elsewhere
-        #: the backend computes the widening with the rest, as fast).
-        self._narrow: tuple[str, CompiledProgram] | None = None
+        #: (input, the program compiled for its float32 arrays, the targets where it narrows
+        #: a decision). Where only the host plan narrows, it is compiled as host plans alone:
+        #: on the device it would only widen the input, as the backend does anyway.
+        self._narrow: tuple[str, CompiledProgram, frozenset[str]] | None = None
         narrow = None
         if narrow_input is not None and self._only is not None:
             narrow = narrowed(program, narrow_input)
         if narrow is not None:
             rest = ExecutionPlan(tuple(graph_plans)) if plan is not None else None
-            host = replace(options, backend="numpy")
-            self._narrow = narrow_input, CompiledProgram(narrow, host, cache, rest)  # type: ignore[assignment]
+            own = options if DEVICE in narrow.targets else replace(options, backend="numpy")
+            compiled = CompiledProgram(narrow.program, own, cache, rest, follow=self._only)
+            self._narrow = narrow_input, compiled, narrow.targets  # type: ignore[assignment]
 
     @property
     def graphs(self) -> list[CompiledGraph]:
@@ -830,12 +842,13 @@ class CompiledProgram:
         """The narrowed program, where ``inputs`` hold a float32 array of its input."""
         if self._narrow is None:
             return None
-        name, program = self._narrow
+        name, program, targets = self._narrow
         value = inputs.get(name)
         if type(value) is not np.ndarray or value.dtype != np.float32:
             return None
         assert self._only is not None  # a narrowed program is built for one graph only
-        return program if self._only.runs_on_host(len(value)) else None
+        target = HOST if self._only.runs_on_host(len(value)) else DEVICE
+        return program if target in targets else None
 
     def run_one(self, inputs: Mapping[str, Any], name: str) -> np.ndarray:
         """The output ``name`` alone (see :meth:`CompiledGraph.run_one`)."""

@@ -14,22 +14,39 @@ on ``v`` itself against its parameters rounded once, at compile time (the narrow
 before; the narrowed program is only worth compiling where some decision narrows.
 
 :class:`lazy.CompiledProgram` compiles both (``narrow_input``) and runs the narrowed one for a
-float32 array of that input: which runs is the caller's dtype, and either gives the same answers.
+float32 array of that input where the call's formulation narrows: which runs is the caller's
+dtype and the placement, and either gives the same answers. The device formulation of a forest
+narrows too: its loop over trees compares columns of the widened table with elements of the
+thresholds, which :data:`~lazy.passes.rules.LOOP_OF_WIDENED` narrows as a whole.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .graph import Graph
 from .node import Node
-from .ops import Op
-from .passes import DEFAULT_RULES, NARROWING_RULES, rewrite
+from .ops import VARIANT_OPERANDS, Op
+from .passes import DEFAULT_RULES, NARROWING_RULES, WIDENING_HOISTS, rewrite, specialize
 from .program import GraphStage, HostStage, Program, Stage
 
 #: The dtype a float64 input is narrowed to.
 NARROW = "float32"
+#: What :func:`narrowed` rewrites with: the default passes, and widening casts moved past the
+#: ops that keep values (so that the decisions reading them find them).
+_RULES = (*DEFAULT_RULES, *WIDENING_HOISTS)
 
 
-def narrowed(program: Program, name: str, dtype: str = NARROW) -> Program | None:
+@dataclass(frozen=True)
+class Narrowed:
+    """A program narrowed for one input, and the targets ("host", "device") whose formulation
+    of it narrows some decision (elsewhere it only widens the input itself)."""
+
+    program: Program
+    targets: frozenset[str]
+
+
+def narrowed(program: Program, name: str, dtype: str = NARROW) -> Narrowed | None:
     """``program`` taking input ``name`` as ``dtype`` arrays, widened exactly to the declared
     dtype where read, and every decision on them the narrowing rules move made on ``dtype``
     values; None where no decision narrows (or the input is not a wider float, or a host step
@@ -42,19 +59,20 @@ def narrowed(program: Program, name: str, dtype: str = NARROW) -> Program | None
     narrow = Node.make(Op.INPUT, name=name, shape=declared.shape, dtype=dtype)
     widened = Node.make(Op.CAST, [narrow], dtype=declared.dtype)
     stages: list[Stage] = []
-    moved = 0
+    targets: set[str] = set()
     for stage in program.stages:
         if isinstance(stage, GraphStage) and declared in stage.graph.inputs:
-            graph, fired = rewrite(
-                _substituted(stage.graph, declared, narrow, widened), DEFAULT_RULES
-            )
-            moved += sum(fired.get(rule.name, 0) for rule in NARROWING_RULES)
-            stage = GraphStage(graph)
+            graph = _substituted(stage.graph, declared, narrow, widened)
+            for target in VARIANT_OPERANDS:  # which formulations gain, each as it will run
+                fired = rewrite(specialize(graph, target), _RULES)[1]
+                if any(fired.get(rule.name) for rule in NARROWING_RULES):
+                    targets.add(target)
+            stage = GraphStage(rewrite(graph, _RULES)[0])
         stages.append(stage)
-    if not moved:
+    if not targets:
         return None
     inputs = tuple(narrow if n is declared else n for n in program.inputs)
-    return Program(inputs, tuple(stages), program.outputs)
+    return Narrowed(Program(inputs, tuple(stages), program.outputs), frozenset(targets))
 
 
 def _substituted(graph: Graph, declared: Node, narrow: Node, widened: Node) -> Graph:

@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 import compiler
-import lazy as lz
 from compiler.float32_inputs import arrives_float32
 from compiler.schema import describe_mismatch
 
@@ -288,17 +287,16 @@ def check_parity(
 
     formulations = model.formulations
     pinned = formulations if len(formulations) > 1 else (None,)
-    # (what the run is called, the rows, the formulations it runs on): a float32 table runs a
-    # program of its own on the host kernels, where the model narrows one for it.
-    tables: list[tuple[str | None, Any, Sequence[str | None]]] = [(None, rows, pinned)]
+    # (what the run is called, the rows): a float32 table runs a program of its own where the
+    # model narrows one for it (lazy.narrowing).
+    tables: list[tuple[str | None, Any]] = [(None, rows)]
     as_float32 = _float32_table(model, rows) if model.narrows_float32 else None
     if as_float32 is not None:
-        host = (lz.HOST,) if lz.HOST in formulations else (None,)
-        tables.append(("float32 table", as_float32, host))
+        tables.append(("float32 table", as_float32))
     runs: list[tuple[str | None, list[MethodParity], list[str]]] = []
-    for table, table_rows, on in tables:
+    for table, table_rows in tables:
         expected = {m: side_by_side(source_method(estimator, m)(table_rows)) for m in model.methods}
-        for formulation in on:
+        for formulation in pinned:
             with model.pinned(formulation) if formulation else contextlib.nullcontext():
                 compiled = {m: side_by_side(v) for m, v in model.outputs(table_rows).items()}
             results, problems = compare(

@@ -23,10 +23,12 @@ from .rules import (
     FOLD_CONSTANTS,
     FOREST_OF_WIDENED,
     IDENTITY_CAST,
+    LOOP_OF_WIDENED,
     NARROWING_RULES,
     RESHAPE_CHAIN,
     RESHAPE_ROUND_TRIP,
     SLICE_OF_CONCAT,
+    WIDENING_HOISTS,
 )
 
 
@@ -84,11 +86,13 @@ __all__ = [
     "FOLD_CONSTANTS",
     "FOREST_OF_WIDENED",
     "IDENTITY_CAST",
+    "LOOP_OF_WIDENED",
     "NARROWING_RULES",
     "RESHAPE_CHAIN",
     "RESHAPE_ROUND_TRIP",
     "SLICE_OF_CONCAT",
     "VARIANT_OPERANDS",
+    "WIDENING_HOISTS",
     "Pattern",
     "Rule",
     "inline_params",

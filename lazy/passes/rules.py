@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..dtypes import FLOATS, round_down, round_up
@@ -287,8 +289,171 @@ COMPARE_OF_WIDENED = Rule(
     _compare_of_widened,
 )
 
+
+def _loop_of_widened(b: dict[str, Node], ctx: RewriteContext) -> Node | None:
+    """A LOOP whose invariant is a widened table that its body only compares, column by column
+    (``TAKE`` along axis 1), with elements of other invariants that are parameter-only outside
+    and compared with nothing else (a forest's thresholds): the narrow table, compared with
+    those parameters rounded to its dtype once (:data:`_ROUNDING`), each in its one direction."""
+    loop = b["loop"]
+    body = loop.attr("body")
+    operands = loop.inputs  # (init, *invariants): body input ``k + 1`` stands for operand ``k``
+    users = _users(body.order)
+    for j in range(1, len(operands)):
+        table = operands[j]
+        if table.op is not Op.CAST or not _widened(table, ctx):
+            continue
+        rounding = _compared_bounds(body, j, operands, users, ctx)
+        if not rounding:
+            continue
+        narrow = table.inputs[0]
+        new_operands = list(operands)
+        new_operands[j] = narrow
+        stand_ins = {body.inputs[j + 1]: narrow.dtype}
+        for k, direction in rounding.items():
+            value = direction(ctx.value(operands[k]), narrow.dtype)
+            name = f"{narrow.dtype}_{direction.__name__}"
+            new_operands[k] = ctx.new_param(value, narrow, name, [operands[k]])
+            stand_ins[body.inputs[k + 1]] = narrow.dtype
+        return Node.make(
+            Op.LOOP, new_operands, **{**dict(loop.attrs), "body": _retyped(body, stand_ins)}
+        )
+    return None
+
+
+def _users(order: list[Node]) -> dict[Node, list[Node]]:
+    users: dict[Node, list[Node]] = {n: [] for n in order}
+    for node in order:
+        for operand in node.inputs:
+            users[operand].append(node)
+    return users
+
+
+def _compared_bounds(
+    body: Any,
+    j: int,
+    operands: tuple[Node, ...],
+    users: dict[Node, list[Node]],
+    ctx: RewriteContext,
+) -> dict[int, Any]:
+    """For invariant ``j`` of a LOOP: where every use of its body input is a column
+    (``TAKE`` on axis 1) compared only with an element (``TAKE``) of some parameter-only
+    invariant ``k`` that the body compares with nothing else, the rounding each such ``k``
+    needs; empty where any use is otherwise or a ``k`` needs both directions."""
+    table = body.inputs[j + 1]
+    positions = {node: k - 1 for k, node in enumerate(body.inputs) if k >= 2}
+    needed: dict[int, Any] = {}
+    compares: set[Node] = set()
+    for column in users.get(table, []):
+        if column.op is not Op.TAKE or column.inputs[0] is not table or column.attr("axis") != 1:
+            return {}
+        for compare in users[column]:
+            if compare.op not in _ROUNDING:
+                return {}
+            lhs, rhs = compare.inputs
+            op, other = (compare.op, rhs) if lhs is column else (_MIRROR[compare.op], lhs)
+            if other is column or other.op is not Op.TAKE or other.inputs[0] not in positions:
+                return {}
+            k = positions[other.inputs[0]]
+            if k == j or not ctx.param_only(operands[k]):
+                return {}
+            if needed.setdefault(k, _ROUNDING[op]) is not _ROUNDING[op]:
+                return {}
+            compares.add(compare)
+    # Each bound is read only by TAKEs whose every user is one of those comparisons.
+    for k in needed:
+        for element in users[body.inputs[k + 1]]:
+            if element.op is not Op.TAKE or element.inputs[0] is not body.inputs[k + 1]:
+                return {}
+            if not all(user in compares for user in users[element]):
+                return {}
+    return needed
+
+
+def _retyped(body: Any, dtypes: dict[Node, str]) -> Any:
+    """``body`` with the given inputs of another dtype (same names and shapes), every node
+    rebuilt on them (types re-inferred)."""
+    from ..loop import LoopBody
+
+    mapped: dict[Node, Node] = {
+        node: Node.make(Op.INPUT, name=node.attr("name"), shape=node.shape, dtype=dtype)
+        for node, dtype in dtypes.items()
+    }
+    for node in body.order:
+        if node not in mapped:
+            mapped[node] = node.with_inputs([mapped[i] for i in node.inputs])
+    return LoopBody([mapped.get(n, n) for n in body.inputs], mapped[body.output])
+
+
+LOOP_OF_WIDENED = Rule("loop-of-widened", Pattern(Op.LOOP, bind="loop"), _loop_of_widened)
+
 #: The rules that move a decision onto the narrow operand of a widening cast.
-NARROWING_RULES: tuple[Rule, ...] = (FOREST_OF_WIDENED, COMPARE_OF_WIDENED)
+NARROWING_RULES: tuple[Rule, ...] = (FOREST_OF_WIDENED, COMPARE_OF_WIDENED, LOOP_OF_WIDENED)
+
+
+# Widening casts moved past the ops that do not change values (a layout, a NaN test, a select
+# of an exactly representable constant), so that decisions find them: used by lazy.narrowing.
+
+
+def _past_layout(b: dict[str, Node], ctx: RewriteContext) -> Node | None:
+    node = b["node"]
+    cast, rest = node.inputs[0], node.inputs[1:]
+    if cast.op is not Op.CAST or not _widened(cast, ctx) or any(r.batched for r in rest):
+        return None
+    return Node.make(Op.CAST, [node.with_inputs([cast.inputs[0], *rest])], dtype=cast.dtype)
+
+
+def _isnan_of_widened(b: dict[str, Node], ctx: RewriteContext) -> Node | None:
+    cast = b["cast"]
+    return Node.make(Op.ISNAN, [cast.inputs[0]]) if _widened(cast, ctx) else None
+
+
+def _concat_of_widened(b: dict[str, Node], ctx: RewriteContext) -> Node | None:
+    node = b["node"]
+    parts = node.inputs
+    if not all(p.op is Op.CAST and _widened(p, ctx) for p in parts):
+        return None
+    if len({p.inputs[0].dtype for p in parts}) != 1:
+        return None
+    narrow = Node.make(Op.CONCAT, [p.inputs[0] for p in parts], **dict(node.attrs))
+    return Node.make(Op.CAST, [narrow], dtype=node.dtype)
+
+
+def _where_of_widened(b: dict[str, Node], ctx: RewriteContext) -> Node | None:
+    node = b["node"]
+    mask, *values = node.inputs
+    casts = [v for v in values if v.op is Op.CAST and _widened(v, ctx)]
+    if not casts:
+        return None
+    dtype = casts[0].inputs[0].dtype
+    narrowed = []
+    for v in values:
+        if v.op is Op.CAST and _widened(v, ctx) and v.inputs[0].dtype == dtype:
+            narrowed.append(v.inputs[0])
+        elif ctx.param_only(v) and not v.batched:
+            value = np.asarray(ctx.value(v))
+            with np.errstate(over="ignore", invalid="ignore"):
+                exact = value.astype(dtype)
+            if not np.array_equal(exact.astype(value.dtype), value, equal_nan=True):
+                return None  # a constant the narrow dtype cannot hold: the select widens
+            narrowed.append(ctx.new_param(exact, casts[0].inputs[0], f"{dtype}_exact", [v]))
+        else:
+            return None
+    return Node.make(Op.CAST, [Node.make(Op.WHERE, [mask, *narrowed])], dtype=node.dtype)
+
+
+WIDENING_HOISTS: tuple[Rule, ...] = (
+    Rule(
+        "layout-of-widened",
+        Pattern(frozenset({Op.SLICE, Op.RESHAPE, Op.TAKE, Op.TRANSPOSE}), bind="node"),
+        _past_layout,
+    ),
+    Rule(
+        "isnan-of-widened", Pattern(Op.ISNAN, (Pattern(Op.CAST, bind="cast"),)), _isnan_of_widened
+    ),
+    Rule("concat-of-widened", Pattern(Op.CONCAT, bind="node"), _concat_of_widened),
+    Rule("where-of-widened", Pattern(Op.WHERE, bind="node"), _where_of_widened),
+)
 
 #: The default pipeline: simplify casts, fold parameter-only subgraphs, fold affine maps and
 #: bias chains, drop reshape round trips and the parts of concatenations no slice reads.

@@ -217,6 +217,30 @@ def test_float32_tables_are_decided_as_they_are_by_float64_comparing_trees(name:
                 np.testing.assert_array_equal(model.predict(rows), source.predict(rows))
 
 
+def test_subnormal_float32_tables_and_thresholds_decide_as_the_source_everywhere() -> None:
+    """Thresholds between subnormal float32 values round down to subnormals, which a device
+    that flushes them reads as zero (lazy.subnormals moves them and reruns such rows on the
+    host): the narrowed program still decides every row as the source on each formulation."""
+    rng = np.random.default_rng(0)
+    tiny = np.finfo(np.float32).tiny
+    values = np.array([-1, -tiny / 2, -tiny / 8, 0, tiny / 8, tiny / 4, tiny / 2, tiny, 1])
+    x = rng.choice(values.astype(np.float32), (4000, 3))
+    y = ((x[:, 0] > tiny / 5) ^ (x[:, 1] < -tiny / 6)).astype(int)
+    source = HistGradientBoostingClassifier(max_iter=10, random_state=0).fit(x, y)
+    options = compiler.CompileOptions(split_codes=False, max_batch=256)
+    model = compiler.compile(source, options=options)
+    assert model.compiled.narrows == "x"
+    subnormal = np.concatenate([d.values for d in model.decisions])
+    assert ((subnormal != 0) & (np.abs(subnormal) < tiny)).any()
+    rows = rng.choice(values.astype(np.float32), (2000, 3))
+    for formulation in model.formulations:
+        with model.pinned(formulation):
+            np.testing.assert_array_equal(model.predict(rows), source.predict(rows))
+            np.testing.assert_allclose(
+                model.predict_proba(rows), source.predict_proba(rows), rtol=0, atol=1e-6
+            )
+
+
 def test_a_float32_table_the_host_moves_is_not_narrowed() -> None:
     """Behind a scaler, float32 input is decided at other thresholds: the host moves the values
     (float64), so the program stays the float64 one."""

@@ -86,8 +86,8 @@ def _program(graph: lz.Graph) -> lz.Program:
 def test_a_forest_on_a_widened_table_walks_the_narrow_one_with_the_same_paths() -> None:
     graph = _forest_graph(features=6)
     narrow = lz.narrowed(_program(graph), "x")
-    assert narrow is not None
-    (stage,) = narrow.stages
+    assert narrow is not None and narrow.targets == {lz.HOST, lz.DEVICE}  # no VARIANT: alike
+    (stage,) = narrow.program.stages
     (forest,) = [n for n in stage.graph.order if n.op is Op.FOREST_SUM]
     assert forest.inputs[0].op is Op.INPUT and forest.inputs[0].dtype == "float32"
     assert forest.inputs[2].dtype == "float32"  # thresholds rounded down once
@@ -164,19 +164,89 @@ def test_a_compiled_program_runs_its_narrowed_graphs_for_float32_input_and_plans
     assert older.plan_refused is not None and "1 graphs" in older.plan_refused
 
 
-def test_calls_the_backend_runs_read_float32_widened_and_host_calls_the_narrowed_program() -> None:
-    t = _thresholds(8)
+def _compare_graph(t: np.ndarray, host_only: bool) -> lz.Graph:
+    """``x <= t``; with ``host_only``, its device formulation a subtraction's sign instead
+    (the same answers, nothing to narrow there)."""
     b = lz.Builder()
-    x = b.input("x", (8,), "float64")
-    graph = b.graph({"y": lz.LazyTensor(lz.Node.make(Op.LE, [x.node, b.param(t, "t").node]))})
+    x = b.input("x", (len(t),), "float64")
+    bound = b.param(t, "t")
+    decided = lz.LazyTensor(lz.Node.make(Op.LE, [x.node, bound.node]))
+    if host_only:
+        sign = lz.LazyTensor(lz.Node.make(Op.LE, [(x - bound).node, lz.const(0.0, "float64").node]))
+        decided = lz.variant(sign, decided)
+    return b.graph({"y": decided})
+
+
+@pytest.mark.parametrize("host_only", [False, True])
+def test_each_formulation_runs_the_narrowed_program_where_it_narrows(host_only: bool) -> None:
+    t = _thresholds(8)
+    t = t[np.abs(t) <= MAX] if host_only else t  # x - t stays finite: the sign is the test
+    graph = _compare_graph(t, host_only)
     options = lz.Options(backend="jax", dtype_policy=lz.DTypePolicy.X64, max_batch=64)
     compiled = lz.compile(_program(graph), options, narrow_input="x")
     assert compiled.narrows == "x" and compiled.formulations == (lz.DEVICE, lz.HOST)
     main, narrow = compiled.graphs
-    x32 = _values(t, 8 * 40).reshape(40, 8)
+    # Host plans alone where only they narrow; its buckets placed where the main graph's are.
+    assert narrow.formulations == ((lz.HOST,) if host_only else (lz.DEVICE, lz.HOST))
+    assert [p.runs_on for p in narrow.placements.values()] == [
+        p.runs_on for p in main.placements.values()
+    ] or host_only
+    x32 = _values(t, len(t) * 40).reshape(40, len(t))
     want = lz.evaluate(graph, {"x": x32.astype(np.float64)})["y"]
-    for formulation, ran in ((lz.DEVICE, main), (lz.HOST, narrow)):
+    on_device = main if host_only else narrow
+    for formulation, ran in ((lz.DEVICE, on_device), (lz.HOST, narrow)):
         with compiled.pinned(formulation):
             calls = ran.stats.calls
             np.testing.assert_array_equal(compiled({"x": x32})["y"], want)
             assert ran.stats.calls == calls + 1, formulation
+
+
+def _loop_graph(t: np.ndarray, features: int, fill: float, extra_use: bool = False) -> lz.Graph:
+    """A forest-like device formulation: NaN read as ``fill`` beside the raw columns, then a
+    loop over "trees" comparing one column with one threshold each and counting the rights;
+    ``extra_use``: the body also adds the threshold to the count (not only compared)."""
+    b = lz.Builder()
+    x = b.input("x", (features,), "float64")
+    wide = lz.concat([x, lz.where(lz.isnan(x), lz.const(fill, "float64"), x)], axis=1)
+    columns = b.param(RNG.integers(0, 2 * features, len(t)).astype(np.int32), "columns")
+    bounds = b.param(t, "bounds")
+
+    def body(i, carry, table, column, bound):  # type: ignore[no-untyped-def]
+        value = lz.take(table, lz.take(column, i, axis=0), axis=1)
+        right = lz.cast(value > lz.take(bound, i, axis=0), "float64")
+        if extra_use:
+            right = right + lz.take(bound, i, axis=0) * 0.0
+        return carry + right
+
+    zeros = lz.cast(lz.isnan(lz.reshape(x[:, :1], (lz.B,))), "float64") * 0.0  # (B,) of 0
+    count = lz.fori_loop(len(t), body, zeros, wide, columns, bounds)
+    return b.graph({"y": count})
+
+
+@pytest.mark.parametrize(("fill", "narrows"), [(np.inf, True), (0.1, False)])
+def test_a_loop_comparing_a_widened_table_with_thresholds_narrows_as_a_whole(
+    fill: float, narrows: bool
+) -> None:
+    """The NaN copy's fill must be a float32 value for the table to narrow (0.1 is not: the
+    select widens, and the loop keeps comparing float64)."""
+    t = _thresholds(40)
+    graph = _loop_graph(t, 5, fill)
+    narrow = lz.narrowed(_program(graph), "x")
+    assert (narrow is not None) == narrows
+    x32 = _values(t, 5 * 400).reshape(400, 5)
+    want = lz.evaluate(graph, {"x": x32.astype(np.float64)})["y"]
+    if narrow is not None:
+        (stage,) = narrow.program.stages
+        (loop,) = [n for n in stage.graph.order if n.op is Op.LOOP]
+        assert loop.inputs[1].dtype == "float32" and loop.inputs[3].dtype == "float32"
+        np.testing.assert_array_equal(lz.evaluate(stage.graph, {"x": x32})["y"], want)
+    options = lz.Options(backend="jax", dtype_policy=lz.DTypePolicy.X64, max_batch=512)
+    compiled = lz.compile(_program(graph), options, narrow_input="x")
+    for formulation in compiled.formulations:
+        with compiled.pinned(formulation):
+            np.testing.assert_array_equal(compiled({"x": x32})["y"], want)
+
+
+def test_a_loop_that_reads_its_thresholds_otherwise_is_not_narrowed() -> None:
+    t = _thresholds(10)
+    assert lz.narrowed(_program(_loop_graph(t, 3, np.inf, extra_use=True)), "x") is None

@@ -195,8 +195,8 @@ def test_the_gate_checks_the_device_lowering_where_the_host_won_every_bucket(mon
 def test_the_gate_checks_float32_tables_on_the_program_narrowed_for_them(monkeypatch) -> None:
     """A float64-comparing forest reads a float32 table as it is, through a program of its own
     (lazy.narrowing): the gate runs its probes as a float32 table too, and with that program's
-    thresholds rounded to nearest instead of down, refuses it by name while the float64 table
-    passes."""
+    host-kernel thresholds rounded to nearest instead of down (FOREST_OF_WIDENED broken), refuses
+    it by name while the float64 table passes."""
     from lazy.passes import rules
 
     x, y = load_breast_cancer(return_X_y=True)
