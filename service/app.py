@@ -142,6 +142,7 @@ def _lifespan(
         try:
             yield
         finally:
+            runtime.stop_building_kernels()
             for task in tasks:
                 task.cancel()
             if grpc_server is not None:  # its calls end before the batchers close

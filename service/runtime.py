@@ -49,18 +49,36 @@ def prepare_logged(backend: str = "jax") -> None:
     log.info("runtime prepared: %s", steps)
 
 
+#: Set as the server stops: the kernel build starts no further family.
+_stopping = threading.Event()
+
+
 def start_building_kernels() -> threading.Thread:
-    """:func:`compiler.warm_kernels` on a daemon thread; a failure is logged, never fatal (a model
-    that runs a kernel then builds it itself)."""
+    """:func:`compiler.warm_kernels`, family by family, on a thread of its own; a failure is
+    logged, never fatal (a model that runs a kernel then builds it itself). Not a daemon: a
+    process that finalizes while numba compiles (a SIGTERM soon after start, on a cold cache)
+    aborts inside LLVM; it waits for the family in the works instead, and
+    :func:`stop_building_kernels` keeps it from starting the next."""
+    _stopping.clear()
 
     def run() -> None:
+        seconds = 0.0
         try:
-            seconds = compiler.warm_kernels()
+            for build in compiler.kernels.KERNEL_BUILDS:
+                if _stopping.is_set():
+                    log.info("stopped building the native kernels: the server is stopping")
+                    return
+                seconds += build()
         except Exception:
             log.exception("building the native kernels failed; the models that run them do")
             return
         log.info("native kernels ready: %.2f s", seconds)
 
-    thread = threading.Thread(target=run, name="kestrel-kernels", daemon=True)
+    thread = threading.Thread(target=run, name="kestrel-kernels", daemon=False)
     thread.start()
     return thread
+
+
+def stop_building_kernels() -> None:
+    """Let the kernel build end after the family in the works (see start_building_kernels)."""
+    _stopping.set()

@@ -5,6 +5,7 @@ are loaded."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from pathlib import Path
 
@@ -44,11 +45,42 @@ def test_failing_kernel_builds_are_logged_not_fatal(
     def broken() -> float:
         raise RuntimeError("no compiler here")
 
-    monkeypatch.setattr(runtime.compiler, "warm_kernels", broken)
+    monkeypatch.setattr(runtime.compiler.kernels, "KERNEL_BUILDS", (broken,))
     with caplog.at_level(logging.ERROR, logger="kestrel.runtime"):
         runtime.start_building_kernels().join(30)
     assert "building the native kernels failed" in caplog.text
     assert "no compiler here" in caplog.text
+
+
+def test_a_stopping_server_starts_no_further_kernel_build(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The build is no daemon (an exit mid-compile aborts in LLVM): a stopping server lets the
+    family in the works finish and starts no other."""
+    started = threading.Event()
+    release = threading.Event()
+    built: list[str] = []
+
+    def slow() -> float:
+        started.set()
+        release.wait(30)
+        built.append("slow")
+        return 0.0
+
+    def later() -> float:
+        built.append("later")
+        return 0.0
+
+    monkeypatch.setattr(runtime.compiler.kernels, "KERNEL_BUILDS", (slow, later))
+    with caplog.at_level(logging.INFO, logger="kestrel.runtime"):
+        thread = runtime.start_building_kernels()
+        assert not thread.daemon
+        assert started.wait(30)
+        runtime.stop_building_kernels()
+        release.set()
+        thread.join(30)
+    assert built == ["slow"]
+    assert "stopped building the native kernels" in caplog.text
 
 
 def _wait_for(server: LiveServer, line: str, since: int = 0) -> str:
