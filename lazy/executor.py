@@ -95,6 +95,8 @@ MAX_LARGE_BUCKETS = 4
 #: host (straight-line numpy, :mod:`lazy.backends.numpy_backend`) where warm-up measures that to
 #: be faster: a device call has a fixed cost that numpy does not pay (docs/design-figures.md).
 HOST_ROWS = 1 << 20
+_FLOAT32 = np.dtype(np.float32)
+
 #: Graphs whose host plan would make more numpy calls than this per run (loop bodies count once
 #: per trip) are not timed on the host: with every numpy call's fixed cost they cannot win.
 HOST_MAX_CALLS = 256
@@ -844,7 +846,8 @@ class CompiledProgram:
             return None
         name, program, targets = self._narrow
         value = inputs.get(name)
-        if type(value) is not np.ndarray or value.dtype != np.float32:
+        # ``is``: builtin dtypes are singletons, and this runs on every call.
+        if type(value) is not np.ndarray or value.dtype is not _FLOAT32:
             return None
         assert self._only is not None  # a narrowed program is built for one graph only
         target = HOST if self._only.runs_on_host(len(value)) else DEVICE

@@ -46,17 +46,16 @@ class Narrowed:
     targets: frozenset[str]
 
 
-def narrowed(program: Program, name: str, dtype: str = NARROW) -> Narrowed | None:
-    """``program`` taking input ``name`` as ``dtype`` arrays, widened exactly to the declared
-    dtype where read, and every decision on them the narrowing rules move made on ``dtype``
-    values; None where no decision narrows (or the input is not a wider float, or a host step
-    reads it)."""
+def narrowed(program: Program, name: str) -> Narrowed | None:
+    """``program`` taking its float64 input ``name`` as float32 arrays, widened exactly where
+    read, and every decision on them the narrowing rules move made on float32 values; None
+    where no decision narrows (or the input is not float64, or a host step reads it)."""
     declared = next((n for n in program.inputs if n.attr("name") == name), None)
-    if declared is None or declared.dtype != "float64" or dtype != "float32":
+    if declared is None or declared.dtype != "float64":
         return None
     if any(isinstance(s, HostStage) and name in s.inputs for s in program.stages):
         return None
-    narrow = Node.make(Op.INPUT, name=name, shape=declared.shape, dtype=dtype)
+    narrow = Node.make(Op.INPUT, name=name, shape=declared.shape, dtype=NARROW)
     widened = Node.make(Op.CAST, [narrow], dtype=declared.dtype)
     stages: list[Stage] = []
     targets: set[str] = set()
