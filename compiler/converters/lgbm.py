@@ -143,7 +143,8 @@ def _parse(dump: dict[str, Any], width: int) -> _Parsed:
     trees = tuple(b.build(columns) for b in builders)
     players = (*range(width), *(key[1] for key in keys))
     return _Parsed(
-        Ensemble(trees, width + len(derived), float32_inputs=False, players=players),
+        # LightGBM adds each tree's leaf to a float64 score in turn, from 0.
+        Ensemble(trees, width + len(derived), float32_inputs=False, in_order=True, players=players),
         tuple(key[1] for key in keys if key[0] == "zero"),
         tuple((key[1], key[2]) for key in keys if key[0] == "cat"),
         rounds_zero,
@@ -342,8 +343,9 @@ _LIMITS = (
 #: LightGBM sums leaves in float64; its decisions are exact in any graph, so only the step's own
 #: arithmetic (leaf values, their sums, the objective's transform) needs float64.
 _PRECISION = Precision(
-    "LightGBM sums the leaf values of every tree in float64; a float32 sum of many trees "
-    "drifts past the tolerance, most where an exp or softmax transform follows",
+    "LightGBM sums the leaf values of every tree in float64, one tree after another, and so "
+    "does every strategy (raw scores bit-identical); a float32 sum of many trees drifts past "
+    "the tolerance, most where an exp or softmax transform follows",
     inputs=False,
 )
 

@@ -109,7 +109,7 @@ def exact_splits(
     x, column = raw_matrix(features, ctx, order, [mapped[f] for f in order], splits=codes)
     trees = _fold_trees(ensemble, maps, mapped, column, ctx)
     folded = sum(1 for f in read if mapped[f] and maps[f].steps)  # type: ignore[union-attr]
-    result = Ensemble(trees, int(x.shape[1]), float32_inputs=False, in_order=ensemble.in_order)
+    result = Ensemble(trees, int(x.shape[1]), float32_inputs=False, **ensemble.summing)
     how = "in float64" if x.dtype == "float64" else "as float32 split codes"
     ctx.note(
         f"splits exact {how} on {len({column[f] for f in order if mapped[f]})} raw columns"
@@ -153,7 +153,7 @@ def _replayed(
             folded, nan_left = _fold_splits(mapping, t, True)
             t32, nan_left32 = _fold_splits(mapping, t, True, np.float32)
             _decides(mapping.source, folded, nan_left, t32, nan_left32, ctx)
-    result = Ensemble(trees, len(order), float32_inputs=True, in_order=ensemble.in_order)
+    result = Ensemble(trees, len(order), float32_inputs=True, **ensemble.summing)
     ctx.note(f"splits exact on {sum(mapped)} computed features the host replays in float32")
     return result, x
 

@@ -25,7 +25,7 @@ from ..context import Context
 from .leaves import node_leaf_sum, stumps
 from .linked import linked, step
 from .model import Ensemble
-from .quickscorer import bit_tables, bitvector, exit_leaf, split_tables
+from .quickscorer import bit_tables, bitvector, exit_leaves, split_tables
 from .splits import split_columns
 
 
@@ -49,22 +49,9 @@ def hybrid(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
             node = g.left[node] + int(right)
         start[i] = node
 
-    def top_pass(
-        tree: lz.LazyTensor,
-        leaves: lz.LazyTensor,
-        x_columns: lz.LazyTensor,
-        column: lz.LazyTensor,
-        threshold: lz.LazyTensor,
-        masks: lz.LazyTensor,
-    ) -> lz.LazyTensor:
-        leaf = exit_leaf(tree, x_columns, column, threshold, masks, n_splits)
-        return lz.update(leaves, tree, leaf + tree * n_leaves, axis=1)
-
-    zeros = ctx.const(np.zeros((1, n_trees)), dtype="int32")
-    no_leaves = lz.where(lz.isnan(cols.x[:, :1]), zeros, zeros)  # (B, T), batched like x
-    leaves = lz.fori_loop(
-        n_trees, top_pass, no_leaves, cols.x, *split_tables(top, cols, ctx, "top")
-    )
+    trees = ctx.param(np.arange(n_trees), "top_trees")
+    splits = split_tables(top, cols, ctx, "top")
+    leaves = exit_leaves(trees, n_trees, cols, splits, n_splits, n_leaves, ctx)
     node = lz.take(ctx.param(start, "top_node"), leaves, axis=0)  # (B, T)
     column, threshold = cols.encode(g.feature, g.threshold, g.nan_right)
     tables = (

@@ -20,6 +20,13 @@ def constant(
     return lz.where(lz.isnan(x[:, :1]), row, row)
 
 
+def no_leaves(x: lz.LazyTensor, count: int, ctx: Context) -> lz.LazyTensor:
+    """(B, count) int32 zeros, batched like ``x``: a table of reached leaves, one column per
+    tree, before a loop fills it."""
+    zeros = ctx.const(np.zeros((1, count)), dtype="int32")
+    return lz.where(lz.isnan(x[:, :1]), zeros, zeros)
+
+
 def stumps(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
     """An ensemble of single-leaf trees: its root sum for every row."""
     return constant(ensemble.root_sum(), x, ctx, ensemble.sum_dtype(ctx.dtype))
@@ -47,9 +54,16 @@ def node_leaf_sum(
         if not ensemble.in_order:
             columns.append(lz.sum(lz.take(table, node, axis=0), axis=1))
             continue
-        zeros = lz.cast(node[:, 0] * 0, dtype)  # (B,) +0, batched like the rows
-        columns.append(lz.fori_loop(int(node.shape[1]), _add_tree, zeros, node, table))
+        columns.append(in_order_sum(table, node, dtype))
     return stack_outputs(columns)
+
+
+def in_order_sum(table: lz.LazyTensor, node: lz.LazyTensor, dtype: str) -> lz.LazyTensor:
+    """(B,): ``table[node[:, 0]] + table[node[:, 1]] + ...``, added one column after another
+    from +0 in ``dtype`` (a loop over the columns: the trees' order, which a reduction would
+    not keep)."""
+    zeros = lz.cast(node[:, 0] * 0, dtype)  # (B,) +0, batched like the rows
+    return lz.fori_loop(int(node.shape[1]), _add_tree, zeros, node, table)
 
 
 def _add_tree(

@@ -102,16 +102,18 @@ class Ensemble:
     ``float32_inputs``: the source compares ``float32(x)`` with its thresholds (scikit-learn's
     ``tree_`` models); otherwise it compares the float64 value (HistGradientBoosting).
 
-    ``in_order``: the source sums the reached leaf values in float32, one tree after another
-    from +0 (XGBoost, whose base margin is then a first, single-leaf tree). Every strategy sums
-    that way, in float32 whatever the graph's dtype (:attr:`sum_dtype`), so each sum is the
-    source's bit for bit; otherwise the order is the strategy's, in the graph's dtype.
+    ``in_order``: the source sums the reached leaf values one tree after another from +0
+    (LightGBM, in float64; XGBoost, whose base margin is then a first, single-leaf tree), and
+    every strategy sums them so, so that each sum is the source's bit for bit; otherwise the
+    order is the strategy's. ``float32_sum``: the source sums in float32 whatever the graph's
+    dtype (XGBoost); otherwise the sum is in the graph's dtype (:attr:`sum_dtype`).
     """
 
     trees: tuple[Tree, ...]
     n_features: int
     float32_inputs: bool
     in_order: bool = False
+    float32_sum: bool = False
     #: The source's own feature behind each feature the splits read (None: each is its own).
     #: LightGBM and XGBoost read derived columns (zero-as-missing copies, category membership)
     #: that the source explains as the feature they derive from (:mod:`.shap`).
@@ -134,18 +136,25 @@ class Ensemble:
     def n_outputs(self) -> int:
         return int(self.trees[0].value.shape[1])
 
+    @property
+    def summing(self) -> dict[str, bool]:
+        """How the source sums (``in_order``, ``float32_sum``): for an ensemble of other trees
+        read from the same source."""
+        return {"in_order": self.in_order, "float32_sum": self.float32_sum}
+
     def sum_dtype(self, graph_dtype: str) -> str:
         """The dtype leaf values are summed in, in a graph of ``graph_dtype``."""
-        return "float32" if self.in_order else graph_dtype
+        return "float32" if self.float32_sum else graph_dtype
 
     def root_sum(self) -> np.ndarray:
         """(K,): the sum of every tree's root value (the whole answer where no tree splits),
         summed as the source sums."""
         if not self.in_order:
             return np.sum([t.value[0] for t in self.trees], axis=0)
-        total = np.zeros(self.n_outputs, np.float32)
+        dtype = np.float32 if self.float32_sum else np.float64
+        total = np.zeros(self.n_outputs, dtype)
         for tree in self.trees:
-            total = total + tree.value[0].astype(np.float32)
+            total = total + tree.value[0].astype(dtype)
         return total.astype(np.float64)
 
     @cached_property

@@ -19,6 +19,12 @@ XLA:CPU vectorizes the whole chain across rows (the JAX lowering reads the colum
 transposed copy of the features: contiguous rows). A gather for the leaf value would pull the
 chain into a scalar gather loop; the selects keep it out.
 
+A float64 sum (leaf values the source adds in float64, as LightGBM does) is not carried through
+that chain: a float64 carry and selects among the 32-bit mask arithmetic halve the vector width
+of the whole chain. Instead the loop writes each tree's exit leaf into a (B, T) int32 table
+(:func:`exit_leaves`), and a second loop adds the trees' values in order
+(:func:`.leaves.in_order_sum`), a gather and an add per tree.
+
 The same tables, cut at a depth, give the top of the ``hybrid`` strategy (:mod:`.hybrid`): there
 the "leaves" are the nodes at the cut depth (and real leaves above it).
 """
@@ -33,7 +39,7 @@ import lazy as lz
 from lazy.node_tables import ALL_ONES, WORD_BITS, Children, leaf_order
 
 from ..context import Context
-from .leaves import constant, stack_outputs, stumps
+from .leaves import constant, in_order_sum, no_leaves, stack_outputs, stumps
 from .model import Ensemble, Tree
 from .splits import SplitColumns, split_columns
 
@@ -121,6 +127,36 @@ def exit_leaf(
     return lz.ctz(reachable)
 
 
+def exit_leaves(
+    trees: lz.LazyTensor,
+    count: int,
+    cols: SplitColumns,
+    splits: tuple[lz.LazyTensor, lz.LazyTensor, lz.LazyTensor],
+    n_splits: int,
+    n_leaves: int,
+    ctx: Context,
+) -> lz.LazyTensor:
+    """(B, count) int32: the exit leaf of each of the ``count`` trees ``trees`` (a parameter)
+    names, for every row, numbered across trees (``tree * n_leaves + leaf``), one column per
+    tree: a loop writing one column per tree (an update, not a gather: the chain stays
+    vectorized). ``splits``: :func:`split_tables`' tables."""
+
+    def body(
+        i: lz.LazyTensor,
+        leaves: lz.LazyTensor,
+        x: lz.LazyTensor,
+        trees: lz.LazyTensor,
+        column: lz.LazyTensor,
+        threshold: lz.LazyTensor,
+        masks: lz.LazyTensor,
+    ) -> lz.LazyTensor:
+        tree = lz.take(trees, i)
+        leaf = exit_leaf(tree, x, column, threshold, masks, n_splits)
+        return lz.update(leaves, i, leaf + tree * n_leaves, axis=1)
+
+    return lz.fori_loop(count, body, no_leaves(cols.x, count, ctx), cols.x, trees, *splits)
+
+
 def select(index: lz.LazyTensor, entries: list[lz.LazyTensor]) -> lz.LazyTensor:
     """``entries[index]`` per row, for ``0 <= index < len(entries)``: a tree of selects on the
     index's bits (elementwise, unlike a gather, so it stays in XLA's vectorized loop)."""
@@ -173,10 +209,12 @@ def bitvector(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTens
         if len(trees) == 0:
             outputs.append(zeros)
             continue
-        per_tree = (
-            ctx.param(trees, f"trees_{k}"),
-            *splits,
-            ctx.param(value[:, k], f"leaf_value_{k}", dtype=dtype),
-        )
-        outputs.append(lz.fori_loop(len(trees), body, zeros, cols.x, *per_tree))
+        tree_ids = ctx.param(trees, f"trees_{k}")
+        values = ctx.param(value[:, k], f"leaf_value_{k}", dtype=dtype)
+        if np.dtype(dtype).itemsize == 4:
+            outputs.append(lz.fori_loop(len(trees), body, zeros, cols.x, tree_ids, *splits, values))
+            continue
+        # A float64 sum: found first, added in a loop of its own (see the module doc).
+        leaves = exit_leaves(tree_ids, len(trees), cols, splits, n_splits, n_leaves, ctx)
+        outputs.append(in_order_sum(values, leaves, dtype))
     return stack_outputs(outputs)

@@ -16,7 +16,9 @@ state:
 
 The root's split is a column read (every row is at the root); a step gathers the node's column,
 threshold and left child and the row's feature value. Leaf vectors are accumulated per tree into
-a (B, K) carry. Splits compare one column of the widened features (:mod:`.splits`), as in the
+a (B, K) carry; for an ``in_order`` ensemble (the source's sum, one tree after another) each
+group's loop instead writes the leaves its trees reach into their columns of a (B, T) table,
+and a loop over the table adds them in the source's order. Splits compare one column of the widened features (:mod:`.splits`), as in the
 traversal strategy, so decisions are exactly the source's.
 
 On deep forests a step's time is its loads (XLA:CPU emits scalar loads, clamping every gather
@@ -40,10 +42,10 @@ import numpy as np
 import lazy as lz
 
 from ..context import Context
-from .leaves import constant, stumps
+from .leaves import constant, in_order_sum, no_leaves, stack_outputs, stumps
 from .linked import empty_node_tables
 from .model import Ensemble
-from .splits import split_columns
+from .splits import SplitColumns, split_columns
 
 
 @dataclass(frozen=True)
@@ -65,8 +67,6 @@ class TreewiseTables:
 
 def treewise_tables(ensemble: Ensemble) -> TreewiseTables:
     depths = np.array([t.max_depth for t in ensemble.trees])
-    if ensemble.in_order:  # the source's order: one group, walked to the deepest tree's depth
-        depths = np.full(len(depths), depths.max())
     order = np.argsort(depths, kind="stable")
     feature, threshold, nan_right, left, value = empty_node_tables(ensemble)
     roots = np.zeros(len(order), np.int64)
@@ -108,6 +108,24 @@ def _gather_step(
     return lz.take(left, node, axis=0) + lz.cast(v > lz.take(threshold, node, axis=0), "int32")
 
 
+def _reached_leaf(
+    depth: int,
+    root: lz.LazyTensor,
+    x: lz.LazyTensor,
+    column: lz.LazyTensor,
+    threshold: lz.LazyTensor,
+    left: lz.LazyTensor,
+) -> lz.LazyTensor:
+    """(B,): the leaf each row reaches in the tree of ``root`` (a scalar), ``depth`` levels down
+    (a single-leaf tree: its root, which loops to itself)."""
+    # Level 0: every row is at the root, so its split reads one whole column.
+    v = lz.take(x, lz.take(column, root), axis=1)  # (B,)
+    node = lz.take(left, root) + lz.cast(v > lz.take(threshold, root), "int32")
+    if depth > 1:
+        node = lz.fori_loop(depth - 1, _gather_step, node, x, column, threshold, left)
+    return node
+
+
 def _walk_tree(
     depth: int,
     j: lz.LazyTensor,
@@ -120,13 +138,25 @@ def _walk_tree(
     value: lz.LazyTensor,
 ) -> lz.LazyTensor:
     """Loop body over a depth group's trees: add tree ``j``'s reached leaf vector to ``acc``."""
-    root = lz.take(roots, j)
-    # Level 0: every row is at the root, so its split reads one whole column.
-    v = lz.take(x, lz.take(column, root), axis=1)  # (B,)
-    node = lz.take(left, root) + lz.cast(v > lz.take(threshold, root), "int32")
-    if depth > 1:
-        node = lz.fori_loop(depth - 1, _gather_step, node, x, column, threshold, left)
+    node = _reached_leaf(depth, lz.take(roots, j), x, column, threshold, left)
     return acc + lz.take(value, node, axis=0)  # (B, K)
+
+
+def _record_tree(
+    depth: int,
+    j: lz.LazyTensor,
+    leaves: lz.LazyTensor,
+    x: lz.LazyTensor,
+    roots: lz.LazyTensor,
+    slots: lz.LazyTensor,
+    column: lz.LazyTensor,
+    threshold: lz.LazyTensor,
+    left: lz.LazyTensor,
+) -> lz.LazyTensor:
+    """Loop body over a depth group's trees: tree ``j``'s reached leaf into its column (its
+    place in the source's order) of the (B, T) ``leaves``."""
+    node = _reached_leaf(depth, lz.take(roots, j), x, column, threshold, left)
+    return lz.update(leaves, lz.take(slots, j), node, axis=1)
 
 
 def treewise(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
@@ -135,8 +165,9 @@ def treewise(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTenso
     cols = split_columns(ensemble, x, ctx)
     g = treewise_tables(ensemble)
     column, threshold = cols.encode(g.feature, g.threshold, g.nan_right)
-    # Single-leaf trees add a constant: it starts the sum instead of a loop (in an in-order
-    # sum they are walked in their place: their leaf loops to itself).
+    if ensemble.in_order:
+        return _in_order(ensemble, g, cols, column, threshold, ctx)
+    # Single-leaf trees add a constant: it starts the sum instead of a loop.
     single_leaves = [
         ensemble.trees[t].value[0]
         for depth, first, count in g.groups
@@ -159,3 +190,34 @@ def treewise(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTenso
         body = partial(_walk_tree, depth)
         acc = lz.fori_loop(count, body, acc, cols.x, roots, *tables)
     return acc
+
+
+def _in_order(
+    ensemble: Ensemble,
+    g: TreewiseTables,
+    cols: SplitColumns,
+    column: np.ndarray,
+    threshold: np.ndarray,
+    ctx: Context,
+) -> lz.LazyTensor:
+    """The source's sum, one tree after another: each depth group's loop writes the leaves its
+    trees reach into their columns of a (B, T) table, and the leaf values are added in tree
+    order afterwards (each tree still walks its own depth only)."""
+    tables = (
+        ctx.param(column, "feature"),
+        ctx.param(threshold, "threshold", dtype=cols.dtype),
+        ctx.param(g.left, "left"),
+    )
+    leaves = no_leaves(cols.x, len(g.order), ctx)
+    for depth, first, count in g.groups:
+        roots = ctx.param(g.roots[first : first + count], f"roots_depth{depth}")
+        slots = ctx.param(g.order[first : first + count], f"slots_depth{depth}")
+        body = partial(_record_tree, depth)
+        leaves = lz.fori_loop(count, body, leaves, cols.x, roots, slots, *tables)
+    dtype = ensemble.sum_dtype(ctx.dtype)
+    return stack_outputs(
+        [
+            in_order_sum(ctx.param(g.value[:, k], f"leaf_value_{k}", dtype=dtype), leaves, dtype)
+            for k in range(ensemble.n_outputs)
+        ]
+    )

@@ -1,17 +1,19 @@
-"""XGBoost's leaf sums, bit for bit: float32, one tree after another from the base margin.
+"""XGBoost's and LightGBM's leaf sums, bit for bit: one tree after another from +0.
 
-XGBoost adds each tree's leaf to a float32 prediction in turn. Any other order, or a float64 sum,
-misses its answers by that rounding, beyond the tolerance for a many-tree gamma regressor, where
-``exp`` turns the margin's absolute error into the prediction's relative one
-(docs/exactness.md). An ``in_order`` ensemble
-sums the same way on every strategy, on the host kernels and in XLA, in float32 and float64
-graphs alike (the reference interpreter, which computes every float in float64, excepted).
+XGBoost adds each tree's leaf to a float32 prediction in turn, from the base margin. Any other
+order, or a float64 sum, misses its answers by that rounding, beyond the tolerance for a
+many-tree gamma regressor, where ``exp`` turns the margin's absolute error into the prediction's
+relative one (docs/exactness.md). LightGBM adds them to a float64 score in turn; another order
+moves the last bits of most scores, and a score on a decision's edge with them. An ``in_order``
+ensemble sums the same way on every strategy, on the host kernels and in XLA, in float32 and
+float64 graphs alike (the reference interpreter, which computes every float in float64, excepted).
 """
 
 from __future__ import annotations
 
 from functools import cache
 
+import lightgbm
 import numpy as np
 import pytest
 import xgboost
@@ -33,6 +35,16 @@ def _regressor(objective: str) -> tuple[xgboost.XGBRegressor, np.ndarray]:
     return est.fit(x, y), x
 
 
+@cache
+def _lightgbm(leaves: int) -> tuple[lightgbm.LGBMRegressor, np.ndarray]:
+    """200 trees of up to ``leaves`` leaves: beyond 32, deeper than the bit-vector top."""
+    x, y = load_diabetes(return_X_y=True)
+    est = lightgbm.LGBMRegressor(
+        n_estimators=200, num_leaves=leaves, min_child_samples=3, verbose=-1, random_state=0
+    )
+    return est.fit(x, y), x
+
+
 def _margins(est: xgboost.XGBModel, x: np.ndarray) -> np.ndarray:
     return est.get_booster().predict(xgboost.DMatrix(x), output_margin=True)
 
@@ -48,6 +60,28 @@ def test_margins_are_xgboosts_bit_for_bit(strategy: str, dtype: str) -> None:
     np.testing.assert_array_equal(model.predict(x).astype(np.float32), _margins(est, x))
 
 
+@pytest.mark.parametrize("strategy", ["auto", "bitvector", *SUMMING])
+def test_lightgbm_scores_are_lightgbms_bit_for_bit(strategy: str) -> None:
+    est, x = _lightgbm(31 if strategy == "bitvector" else 80)
+    if strategy != "bitvector":
+        assert max(t["num_leaves"] for t in est.booster_.dump_model()["tree_info"]) > 32
+    options = compiler.CompileOptions(tree_strategy=strategy, max_batch=64, warmup=False)
+    model = compiler.compile(est, sample=x, options=options)
+    # The training rows: every split threshold is one of their values.
+    for rows in (x, x.astype(np.float32)):
+        np.testing.assert_array_equal(model.predict(rows), est.predict(rows))
+
+
+def test_lightgbm_multiclass_scores_sum_each_class_in_order() -> None:
+    x, y = load_wine(return_X_y=True)
+    est = lightgbm.LGBMClassifier(n_estimators=100, num_leaves=48, min_child_samples=2)
+    est.set_params(verbose=-1, random_state=0).fit(x, y)
+    options = compiler.CompileOptions(max_batch=64, warmup=False)
+    model = compiler.compile(est, sample=x, options=options)
+    np.testing.assert_array_equal(model.decision_function(x), est.predict(x, raw_score=True))
+    assert np.array_equal(model.predict(x), est.predict(x))
+
+
 # Not the interpreter: it computes every float in float64, stating what a graph means.
 @pytest.mark.parametrize("backend", ["jax", "numpy"])
 def test_every_backend_sums_in_order(backend: str) -> None:
@@ -55,6 +89,9 @@ def test_every_backend_sums_in_order(backend: str) -> None:
     options = compiler.CompileOptions(backend=backend, max_batch=64)
     model = compiler.compile(est, sample=x, options=options)
     np.testing.assert_array_equal(model.predict(x).astype(np.float32), _margins(est, x))
+    est, x = _lightgbm(80)
+    model = compiler.compile(est, sample=x, options=options)
+    np.testing.assert_array_equal(model.predict(x), est.predict(x))
 
 
 @pytest.mark.parametrize("objective", ["reg:gamma", "count:poisson", "reg:tweedie"])
