@@ -107,7 +107,7 @@ def subnormal_rows(arrays: Sequence[np.ndarray]) -> np.ndarray | None:
             continue
         unsigned, magnitude, largest = bits
         flat = array.reshape(-1).view(unsigned)
-        if not _count(flat, magnitude, largest):  # every batch, nearly: one fused pass
+        if not _any(flat, magnitude, largest):  # every batch, nearly: one fused pass
             continue
         rows = _hits(flat, magnitude, largest).reshape(len(array), -1).any(axis=1)
         found = rows if found is None else found | rows
@@ -119,25 +119,27 @@ def _hits(bits: np.ndarray, magnitude: np.unsignedinteger, largest: np.unsignedi
     return (bits & magnitude) - bits.dtype.type(1) < largest
 
 
-def _count_loop(bits: np.ndarray, magnitude: Any, largest: Any, one: Any) -> int:
-    found = 0
-    for i in range(bits.size):  # as _hits, vectorized by LLVM; ``one`` keeps it unsigned
-        found += ((bits[i] & magnitude) - one) < largest
-    return found
+def _lowest_loop(bits: np.ndarray, magnitude: Any, one: Any, top: Any) -> Any:
+    lowest = top
+    for i in range(bits.size):  # a min reduction, vectorized by LLVM; ``one`` keeps it unsigned
+        lowest = min(lowest, (bits[i] & magnitude) - one)
+    return lowest
 
 
 _kernel: Any = None
 
 
-def _count(bits: np.ndarray, magnitude: np.unsignedinteger, largest: np.unsignedinteger) -> int:
-    """How many of ``bits`` are a subnormal's: numba's single pass where installed (numpy's
-    takes four, each with its temporary)."""
+def _any(bits: np.ndarray, magnitude: np.unsignedinteger, largest: np.unsignedinteger) -> bool:
+    """Whether any of ``bits`` is a subnormal's: the smallest magnitude less one (zero wraps to
+    the top), compared once. numba's single pass where installed (numpy's takes three, each
+    with its temporary)."""
     global _kernel
+    one = bits.dtype.type(1)
     if not native.AVAILABLE:
-        return int(np.count_nonzero(_hits(bits, magnitude, largest)))
+        return bool(((bits & magnitude) - one).min() < largest)
     if _kernel is None:
-        _kernel = native.compile_kernel(_count_loop)
-    return int(_kernel(bits, magnitude, largest, bits.dtype.type(1)))
+        _kernel = native.compile_kernel(_lowest_loop)
+    return bool(_kernel(bits, magnitude, one, ~bits.dtype.type(0)) < largest)
 
 
 def _reads_as_zero(backend: Backend, policy: DTypePolicy, dtype: np.dtype) -> bool:
