@@ -146,12 +146,10 @@ def exit_leaves(
         leaves: lz.LazyTensor,
         x: lz.LazyTensor,
         trees: lz.LazyTensor,
-        column: lz.LazyTensor,
-        threshold: lz.LazyTensor,
-        masks: lz.LazyTensor,
+        *splits: lz.LazyTensor,
     ) -> lz.LazyTensor:
         tree = lz.take(trees, i)
-        leaf = exit_leaf(tree, x, column, threshold, masks, n_splits)
+        leaf = exit_leaf(tree, x, *splits, n_splits)
         return lz.update(leaves, i, leaf + tree * n_leaves, axis=1)
 
     return lz.fori_loop(count, body, no_leaves(cols.x, count, ctx), cols.x, trees, *splits)
@@ -187,13 +185,11 @@ def bitvector(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTens
         acc: lz.LazyTensor,
         x: lz.LazyTensor,
         trees: lz.LazyTensor,
-        column: lz.LazyTensor,
-        threshold: lz.LazyTensor,
-        masks: lz.LazyTensor,
         values: lz.LazyTensor,
+        *splits: lz.LazyTensor,
     ) -> lz.LazyTensor:
         tree = lz.take(trees, i)
-        leaf = exit_leaf(tree, x, column, threshold, masks, n_splits)
+        leaf = exit_leaf(tree, x, *splits, n_splits)
         return acc + select(leaf, [lz.take(values, tree * n_leaves + j) for j in range(n_leaves)])
 
     # One loop per output, over the trees that contribute to it (boosting: one class's trees),
@@ -212,7 +208,7 @@ def bitvector(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTens
         tree_ids = ctx.param(trees, f"trees_{k}")
         values = ctx.param(value[:, k], f"leaf_value_{k}", dtype=dtype)
         if np.dtype(dtype).itemsize == 4:
-            outputs.append(lz.fori_loop(len(trees), body, zeros, cols.x, tree_ids, *splits, values))
+            outputs.append(lz.fori_loop(len(trees), body, zeros, cols.x, tree_ids, values, *splits))
             continue
         # A float64 sum: found first, added in a loop of its own (see the module doc).
         leaves = exit_leaves(tree_ids, len(trees), cols, splits, n_splits, n_leaves, ctx)
