@@ -31,6 +31,7 @@ the "leaves" are the nodes at the cut depth (and real leaves above it).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -127,6 +128,36 @@ def exit_leaf(
     return lz.ctz(reachable)
 
 
+#: A tree's step in a loop over trees: (trip, carry, tree number, the tree's exit leaf for
+#: every row, the loop's own extra invariants) to the next carry.
+Step = Callable[..., lz.LazyTensor]
+
+
+def over_trees(
+    step: Step,
+    init: lz.LazyTensor,
+    trees: lz.LazyTensor,
+    count: int,
+    cols: SplitColumns,
+    splits: tuple[lz.LazyTensor, lz.LazyTensor, lz.LazyTensor],
+    n_splits: int,
+    extra: tuple[lz.LazyTensor, ...] = (),
+) -> lz.LazyTensor:
+    """A loop over the ``count`` trees ``trees`` (a parameter) names, each trip finding every
+    row's exit leaf in its tree (:func:`exit_leaf`) and handing it to ``step`` with the carry;
+    ``extra``: more invariants ``step`` reads. ``splits``: :func:`split_tables`' tables."""
+    width = len(extra)
+
+    def body(
+        i: lz.LazyTensor, carry: lz.LazyTensor, x: lz.LazyTensor, *tables: lz.LazyTensor
+    ) -> lz.LazyTensor:
+        tree = lz.take(tables[0], i)
+        leaf = exit_leaf(tree, x, *tables[1 + width :], n_splits)
+        return step(i, carry, tree, leaf, *tables[1 : 1 + width])
+
+    return lz.fori_loop(count, body, init, cols.x, trees, *extra, *splits)
+
+
 def exit_leaves(
     trees: lz.LazyTensor,
     count: int,
@@ -141,18 +172,13 @@ def exit_leaves(
     tree: a loop writing one column per tree (an update, not a gather: the chain stays
     vectorized). ``splits``: :func:`split_tables`' tables."""
 
-    def body(
-        i: lz.LazyTensor,
-        leaves: lz.LazyTensor,
-        x: lz.LazyTensor,
-        trees: lz.LazyTensor,
-        *splits: lz.LazyTensor,
+    def record(
+        i: lz.LazyTensor, leaves: lz.LazyTensor, tree: lz.LazyTensor, leaf: lz.LazyTensor
     ) -> lz.LazyTensor:
-        tree = lz.take(trees, i)
-        leaf = exit_leaf(tree, x, *splits, n_splits)
         return lz.update(leaves, i, leaf + tree * n_leaves, axis=1)
 
-    return lz.fori_loop(count, body, no_leaves(cols.x, count, ctx), cols.x, trees, *splits)
+    leaves = no_leaves(cols.x, count, ctx)
+    return over_trees(record, leaves, trees, count, cols, splits, n_splits)
 
 
 def select(index: lz.LazyTensor, entries: list[lz.LazyTensor]) -> lz.LazyTensor:
@@ -180,16 +206,13 @@ def bitvector(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTens
         if entry is not None:
             value[i] = ensemble.trees[i // n_leaves].value[entry[0]]
 
-    def body(
+    def add(
         i: lz.LazyTensor,
         acc: lz.LazyTensor,
-        x: lz.LazyTensor,
-        trees: lz.LazyTensor,
+        tree: lz.LazyTensor,
+        leaf: lz.LazyTensor,
         values: lz.LazyTensor,
-        *splits: lz.LazyTensor,
     ) -> lz.LazyTensor:
-        tree = lz.take(trees, i)
-        leaf = exit_leaf(tree, x, *splits, n_splits)
         return acc + select(leaf, [lz.take(values, tree * n_leaves + j) for j in range(n_leaves)])
 
     # One loop per output, over the trees that contribute to it (boosting: one class's trees),
@@ -208,7 +231,9 @@ def bitvector(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTens
         tree_ids = ctx.param(trees, f"trees_{k}")
         values = ctx.param(value[:, k], f"leaf_value_{k}", dtype=dtype)
         if np.dtype(dtype).itemsize == 4:
-            outputs.append(lz.fori_loop(len(trees), body, zeros, cols.x, tree_ids, values, *splits))
+            outputs.append(
+                over_trees(add, zeros, tree_ids, len(trees), cols, splits, n_splits, (values,))
+            )
             continue
         # A float64 sum: found first, added in a loop of its own (see the module doc).
         leaves = exit_leaves(tree_ids, len(trees), cols, splits, n_splits, n_leaves, ctx)
