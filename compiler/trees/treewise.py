@@ -18,8 +18,9 @@ The root's split is a column read (every row is at the root); a step gathers the
 threshold and left child and the row's feature value. Leaf vectors are accumulated per tree into
 a (B, K) carry; for an ``in_order`` ensemble (the source's sum, one tree after another) each
 group's loop instead writes the leaves its trees reach into their columns of a (B, T) table,
-and a loop over the table adds them in the source's order. Splits compare one column of the widened features (:mod:`.splits`), as in the
-traversal strategy, so decisions are exactly the source's.
+and a loop over the table adds them in the source's order. Splits compare one column of the
+widened features (:mod:`.splits`), as in the traversal strategy, so decisions are exactly the
+source's.
 
 On deep forests a step's time is its loads (XLA:CPU emits scalar loads, clamping every gather
 index even when promised in bounds); a loop iteration's own overhead is small against a block,
