@@ -146,16 +146,22 @@ def over_trees(
     """A loop over the ``count`` trees ``trees`` (a parameter) names, each trip finding every
     row's exit leaf in its tree (:func:`exit_leaf`) and handing it to ``step`` with the carry;
     ``extra``: more invariants ``step`` reads. ``splits``: :func:`split_tables`' tables."""
-    width = len(extra)
 
     def body(
-        i: lz.LazyTensor, carry: lz.LazyTensor, x: lz.LazyTensor, *tables: lz.LazyTensor
+        i: lz.LazyTensor,
+        carry: lz.LazyTensor,
+        x: lz.LazyTensor,
+        trees: lz.LazyTensor,
+        column: lz.LazyTensor,
+        threshold: lz.LazyTensor,
+        masks: lz.LazyTensor,
+        *extra: lz.LazyTensor,
     ) -> lz.LazyTensor:
-        tree = lz.take(tables[0], i)
-        leaf = exit_leaf(tree, x, *tables[1 + width :], n_splits)
-        return step(i, carry, tree, leaf, *tables[1 : 1 + width])
+        tree = lz.take(trees, i)
+        leaf = exit_leaf(tree, x, column, threshold, masks, n_splits)
+        return step(i, carry, tree, leaf, *extra)
 
-    return lz.fori_loop(count, body, init, cols.x, trees, *extra, *splits)
+    return lz.fori_loop(count, body, init, cols.x, trees, *splits, *extra)
 
 
 def exit_leaves(

@@ -67,8 +67,11 @@ def test_lightgbm_scores_are_lightgbms_bit_for_bit(strategy: str) -> None:
         assert max(t["num_leaves"] for t in est.booster_.dump_model()["tree_info"]) > 32
     options = compiler.CompileOptions(tree_strategy=strategy, max_batch=64, warmup=False)
     model = compiler.compile(est, sample=x, options=options)
-    # The training rows: every split threshold is one of their values.
-    for rows in (x, x.astype(np.float32)):
+    # The training rows: every split threshold is one of their values; and NaN in every column
+    # (LightGBM sends it down each split's missing side).
+    holes, every_third = x.copy(), np.arange(0, len(x), 3)
+    holes[every_third, every_third % x.shape[1]] = np.nan
+    for rows in (x, x.astype(np.float32), holes):
         np.testing.assert_array_equal(model.predict(rows), est.predict(rows))
 
 
