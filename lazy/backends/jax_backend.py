@@ -220,6 +220,19 @@ def _column_reads(body: Any) -> dict[Node, int]:
     return {node: axis for node, axis in axes.items() if node in candidates}
 
 
+def _fills_columns(body: Any) -> bool:
+    """Whether the loop body's result is its 2-D carry with one column replaced (an UPDATE along
+    axis 1), the carry's only use."""
+    out, carry = body.output, body.inputs[1]
+    return (
+        out.op is Op.UPDATE
+        and out.inputs[0] is carry
+        and len(carry.shape) == 2
+        and out.attr("axis") % 2 == 1
+        and sum(node.inputs.count(carry) for node in body.order) == 1
+    )
+
+
 #: Cache line and L1 set span (bytes) behind :func:`_column_major`'s padding.
 _LINE = 64
 
@@ -253,7 +266,7 @@ def _loop(n: Node, a: list[Any], low: Lowering) -> Any:
     for k, node in enumerate(body.inputs[2:]):
         if node in moved:
             invariants[k], lengths[node] = _column_major(invariants[k], moved[node])
-    rules = RULES
+    rules = dict(RULES)
     if moved:
 
         def take(m: Node, args: list[Any], inner: Lowering) -> Any:
@@ -262,7 +275,21 @@ def _loop(n: Node, a: list[Any], low: Lowering) -> Any:
                 return row if row.ndim != 1 else row[: lengths[m.inputs[0]]]
             return RULES[Op.TAKE](m, args, inner)
 
-        rules = {**RULES, Op.TAKE: take}
+        rules[Op.TAKE] = take
+    # A carry the body fills one column at a time goes round transposed: each trip then writes
+    # one contiguous row, where a column of the row-major carry is a strided store per element
+    # (on XLA:CPU it slowed a bit-vector trip writing its trees' exit leaves by far more than
+    # the transposes outside the loop cost).
+    column_filled = n.attr("stop_column") is None and _fills_columns(body)
+    if column_filled:
+        init = init.T
+
+        def update(m: Node, args: list[Any], inner: Lowering) -> Any:
+            if m is body.output:
+                return lax.dynamic_update_index_in_dim(args[0], args[2], args[1], 0)
+            return RULES[Op.UPDATE](m, args, inner)
+
+        rules[Op.UPDATE] = update
 
     def step(i: Any, carry: Any) -> Any:
         values = (i, carry, *invariants)
@@ -273,7 +300,8 @@ def _loop(n: Node, a: list[Any], low: Lowering) -> Any:
 
     trips, stop = jnp.int32(n.attr("trip_count")), n.attr("stop_column")
     if stop is None:
-        return lax.fori_loop(jnp.int32(0), trips, step, init)
+        out = lax.fori_loop(jnp.int32(0), trips, step, init)
+        return out.T if column_filled else out
 
     # Ends once every row has stopped (each block of rows on its own): a stopped row's carry no
     # longer changes (the body's form, checked by the op), so the remaining trips are no-ops.

@@ -823,6 +823,22 @@ def _(t: Trace):
     }
 
 
+@case(Op.LOOP, "filling_its_carry_column_by_column")
+def _(t: Trace):
+    # A loop whose carry only ever has its trip's column replaced (the tree strategies' exit
+    # leaves), over an init holding values of its own: the JAX lowering carries it transposed.
+    u = t.input("u", (5,), "uint32", high_uint32())
+    x = t.input("x", (3,))
+
+    def leaves(i, acc, u):
+        return lz.update(acc, i, lz.take(u, 4 - i, axis=1) * np.uint32(3), axis=1)
+
+    def last(i, acc, x):  # axis -1, fewer trips than columns: the last column keeps its init
+        return lz.update(acc, i, lz.take(x, i, axis=1) * 2.0 + 1.0, axis=-1)
+
+    return {"u": lz.fori_loop(5, leaves, u, u), "x": lz.fori_loop(2, last, x, x)}
+
+
 # control flow
 
 
