@@ -119,27 +119,34 @@ def _hits(bits: np.ndarray, magnitude: np.unsignedinteger, largest: np.unsignedi
     return (bits & magnitude) - bits.dtype.type(1) < largest
 
 
-def _lowest_loop(bits: np.ndarray, magnitude: Any, one: Any, top: Any) -> Any:
-    lowest = top
-    for i in range(bits.size):  # a min reduction, vectorized by LLVM; ``one`` keeps it unsigned
-        lowest = min(lowest, (bits[i] & magnitude) - one)
-    return lowest
+def _lowest_loop(word: type) -> Callable[..., Any]:
+    """The min reduction of :func:`_any` for ``word`` (its bits' unsigned type): numba widens
+    scalar integer arithmetic to 64 bits, and the cast back keeps LLVM's vectors 32-bit wide
+    for float32's bits."""
+
+    def lowest_of(bits: np.ndarray, magnitude: Any, one: Any) -> Any:
+        lowest = word(-1)  # the top: ``one`` keeps the arithmetic unsigned
+        for i in range(bits.size):  # a min reduction, vectorized by LLVM
+            lowest = min(lowest, word((bits[i] & magnitude) - one))
+        return lowest
+
+    return lowest_of
 
 
-_kernel: Any = None
+_kernels: dict[np.dtype, Any] = {}
 
 
 def _any(bits: np.ndarray, magnitude: np.unsignedinteger, largest: np.unsignedinteger) -> bool:
     """Whether any of ``bits`` is a subnormal's: the smallest magnitude less one (zero wraps to
     the top), compared once. numba's single pass where installed (numpy's takes three, each
     with its temporary)."""
-    global _kernel
     one = bits.dtype.type(1)
     if not native.AVAILABLE:
         return bool(((bits & magnitude) - one).min() < largest)
-    if _kernel is None:
-        _kernel = native.compile_kernel(_lowest_loop)
-    return bool(_kernel(bits, magnitude, one, ~bits.dtype.type(0)) < largest)
+    kernel = _kernels.get(bits.dtype)
+    if kernel is None:
+        kernel = _kernels[bits.dtype] = native.compile_kernel(_lowest_loop(bits.dtype.type))
+    return bool(kernel(bits, magnitude, one) < largest)
 
 
 def _reads_as_zero(backend: Backend, policy: DTypePolicy, dtype: np.dtype) -> bool:
