@@ -49,9 +49,10 @@ ROW_BLOCK = 16384
 #: random reads hit L2 (deep forests walked tree by tree gain most, lockstep walks less).
 GATHER_BLOCK_BYTES = 1 << 18
 #: Bumped whenever this module lowers the same graph to different code (2: loop-invariant
-#: columns padded to an odd number of cache lines). It keys the executable cache, so an upgrade
-#: never reuses executables a persisted cache holds from an older lowering.
-LOWERING_REVISION = 2
+#: columns padded to an odd number of cache lines; 3: column-filled loop carries transposed).
+#: It keys the executable cache, so an upgrade never reuses executables a persisted cache holds
+#: from an older lowering.
+LOWERING_REVISION = 3
 
 #: A value of one XLA compile option (a ``DebugOptions`` field, set per executable).
 OptionValue = str | bool | int
