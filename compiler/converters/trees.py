@@ -43,7 +43,7 @@ from ..errors import UnsupportedError
 from ..explain import Explanation
 from ..features import Features, Heads
 from ..registry import register, unsupported_param
-from ..trees import Ensemble, from_hist_predictor, from_sklearn_tree
+from ..trees import Ensemble, Tree, from_hist_predictor, from_sklearn_tree, single_leaf
 from ..trees.folding import FLOAT32_SPLITS, FLOAT64_SPLITS, explained_leaf_sum_on
 
 _SINGLE = (DecisionTreeClassifier, DecisionTreeRegressor, ExtraTreeClassifier, ExtraTreeRegressor)
@@ -116,6 +116,13 @@ def forest_regressor(est: Any, features: Features, ctx: Context) -> Heads:
 # --- gradient boosting --------------------------------------------------------------------------
 
 
+#: How the boosted models' leaf sums match scikit-learn's (:func:`_boosted`).
+_IN_ORDER = (
+    "in a float64 graph the trees are added to the init one after another, as scikit-learn "
+    "adds them (raw predictions bit-identical)"
+)
+
+
 def _constant_init(est: Any) -> np.ndarray:
     """The init estimator's raw prediction (K,): zero, or a constant Dummy estimator's."""
     init = est.init_
@@ -146,9 +153,30 @@ def _gradient_boosting(
             value = np.zeros((tree.node_count, k))
             value[:, j] = est.learning_rate * tree.value[:, 0, 0]
             trees.append(from_sklearn_tree(tree, value))
-    ensemble = Ensemble(tuple(trees), features.width, float32_inputs=True)
+    return _boosted(tuple(trees), _constant_init(est), features, ctx, float32_inputs=True)
+
+
+def _boosted(
+    trees: tuple[Tree, ...],
+    init: np.ndarray,
+    features: Features,
+    ctx: Context,
+    *,
+    float32_inputs: bool,
+) -> tuple[lz.LazyTensor, dict[str, object]]:
+    """``init`` (K,) plus the trees' leaf sum: the raw predictions (B, K), and the heads'
+    ``extra`` explaining them (where traced). scikit-learn adds the trees to ``init`` one after
+    another in float64 (GradientBoosting's ``predict_stages``, HistGradientBoosting's
+    ``_predict_iterations``); a float64 graph does the same (``init`` a first single-leaf tree
+    of an in-order ensemble), so its raw predictions are scikit-learn's bit for bit. A float32
+    graph sums in its strategy's order and adds ``init`` after: its own rounding is the larger."""
+    if ctx.dtype == "float64":
+        leading = (single_leaf(init), *trees)
+        ensemble = Ensemble(leading, features.width, float32_inputs=float32_inputs, in_order=True)
+        raw, explanation = explained_leaf_sum_on(ensemble, features, ctx)
+        return raw, _explained(explanation)
+    ensemble = Ensemble(trees, features.width, float32_inputs=float32_inputs)
     raw, explanation = explained_leaf_sum_on(ensemble, features, ctx)
-    init = _constant_init(est)
     extra = _explained(explanation and explanation.shifted(init))
     return (raw + ctx.param(init, "init") if np.any(init != 0) else raw), extra
 
@@ -156,7 +184,7 @@ def _gradient_boosting(
 @register(
     GradientBoostingRegressor,
     methods=("predict",),
-    exactness=FLOAT32_SPLITS,
+    exactness=f"{FLOAT32_SPLITS}; {_IN_ORDER}",
     limits="init: the default Dummy estimator or 'zero'",
 )
 def gradient_boosting_regressor(est: Any, features: Features, ctx: Context) -> Heads:
@@ -167,7 +195,7 @@ def gradient_boosting_regressor(est: Any, features: Features, ctx: Context) -> H
 @register(
     GradientBoostingClassifier,
     methods=("predict", "predict_proba", "decision_function"),
-    exactness=FLOAT32_SPLITS,
+    exactness=f"{FLOAT32_SPLITS}; {_IN_ORDER}",
     limits="log_loss (sigmoid / softmax) and exponential loss; init: the default Dummy "
     "estimator or 'zero'",
 )
@@ -244,17 +272,14 @@ def _hist_gradient_boosting(
     if not trees:  # stopped before the first iteration: the baseline alone
         raise UnsupportedError(f"{type(est).__name__} has no trees (n_iter_ == 0)")
     # HistGradientBoosting compares float64 values: no float32 rounding of the thresholds.
-    ensemble = Ensemble(trees, x.width, float32_inputs=False)
-    raw, explanation = explained_leaf_sum_on(ensemble, x, ctx)
     baseline = np.asarray(est._baseline_prediction, np.float64).reshape(-1)
-    extra = _explained(explanation and explanation.shifted(baseline))
-    return (raw + ctx.param(baseline, "baseline") if np.any(baseline != 0) else raw), extra
+    return _boosted(trees, baseline, x, ctx, float32_inputs=False)
 
 
 @register(
     HistGradientBoostingRegressor,
     methods=("predict",),
-    exactness=FLOAT64_SPLITS,
+    exactness=f"{FLOAT64_SPLITS}; {_IN_ORDER}",
     limits=(
         "categorical features, raw or an OrdinalEncoder's output (unknown categories go the "
         "missing-value way); identity or log link"
@@ -272,7 +297,7 @@ def hist_gradient_boosting_regressor(est: Any, features: Features, ctx: Context)
 @register(
     HistGradientBoostingClassifier,
     methods=("predict", "predict_proba", "decision_function"),
-    exactness=FLOAT64_SPLITS,
+    exactness=f"{FLOAT64_SPLITS}; {_IN_ORDER}",
     limits=(
         "categorical features, raw or an OrdinalEncoder's output (unknown categories go the "
         "missing-value way); binary sigmoid, multiclass softmax"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..float32_inputs import float32_floor
 from .folding import leaf_sum_on
-from .model import Ensemble, Tree, from_hist_predictor, from_sklearn_tree
+from .model import Ensemble, Tree, from_hist_predictor, from_sklearn_tree, single_leaf
 from .strategies import STRATEGIES, choose, leaf_sum
 
 __all__ = [
@@ -19,4 +19,5 @@ __all__ = [
     "from_sklearn_tree",
     "leaf_sum",
     "leaf_sum_on",
+    "single_leaf",
 ]

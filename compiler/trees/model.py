@@ -183,6 +183,20 @@ class Ensemble:
         )
 
 
+def single_leaf(value: np.ndarray) -> Tree:
+    """A tree of one leaf holding ``value`` (K,): a constant the source adds as it adds a tree (a
+    boosted model's init, first in an ``in_order`` ensemble)."""
+    return Tree(
+        feature=np.zeros(1, np.int64),
+        threshold=np.full(1, np.inf),
+        left=np.full(1, -1, np.int64),
+        right=np.full(1, -1, np.int64),
+        missing_left=np.ones(1, bool),
+        value=np.asarray(value, np.float64).reshape(1, -1),
+        cover=np.ones(1),
+    )
+
+
 def from_sklearn_tree(tree: Any, value: np.ndarray, feature_map: np.ndarray | None = None) -> Tree:
     """A scikit-learn ``tree_`` (``sklearn.tree._tree.Tree``) with leaf vectors ``value``.
 

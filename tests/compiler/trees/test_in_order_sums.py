@@ -1,4 +1,5 @@
-"""XGBoost's and LightGBM's leaf sums, bit for bit: one tree after another from +0.
+"""XGBoost's, LightGBM's and (in float64 graphs) scikit-learn's boosted leaf sums, bit for bit:
+one tree after another from +0, or from the init.
 
 XGBoost adds each tree's leaf to a float32 prediction in turn, from the base margin. Any other
 order, or a float64 sum, misses its answers by that rounding, beyond the tolerance for a
@@ -7,6 +8,8 @@ relative one (docs/exactness.md). LightGBM adds them to a float64 score in turn;
 moves the last bits of most scores, and a score on a decision's edge with them. An ``in_order``
 ensemble sums the same way on every strategy, on the host kernels and in XLA, in float32 and
 float64 graphs alike (the reference interpreter, which computes every float in float64, excepted).
+scikit-learn's GradientBoosting and HistGradientBoosting add their trees to the init in float64 one
+after another: a float64 graph does the same (a float32 graph's own rounding is the larger).
 """
 
 from __future__ import annotations
@@ -17,7 +20,13 @@ import lightgbm
 import numpy as np
 import pytest
 import xgboost
-from sklearn.datasets import load_diabetes, load_wine
+from sklearn.datasets import load_breast_cancer, load_diabetes, load_iris, load_wine
+from sklearn.ensemble import (
+    GradientBoostingClassifier,
+    GradientBoostingRegressor,
+    HistGradientBoostingClassifier,
+    HistGradientBoostingRegressor,
+)
 
 import compiler
 from compiler.trees import STRATEGIES
@@ -114,3 +123,51 @@ def test_multiclass_margins_sum_each_class_in_order() -> None:
     model = compiler.compile(est, sample=x)
     np.testing.assert_allclose(model.predict_proba(x), est.predict_proba(x), rtol=0, atol=3e-7)
     assert np.array_equal(model.predict(x), est.predict(x))
+
+
+@cache
+def _boosted(kind: str) -> tuple[object, np.ndarray]:
+    """A scikit-learn booster on a bundled dataset, NaN in every column for HistGradientBoosting
+    (each split's missing side learned): its training rows hold every threshold's value."""
+    data = {"binary": load_breast_cancer, "multiclass": load_iris, "regression": load_diabetes}
+    shape, family = kind.split("-")
+    x, y = data[shape](return_X_y=True)
+    if family == "hist":
+        x = x.copy()
+        x[np.arange(0, len(x), 4), np.arange(0, len(x), 4) % x.shape[1]] = np.nan
+        cls = (
+            HistGradientBoostingRegressor
+            if shape == "regression"
+            else HistGradientBoostingClassifier
+        )
+        est = cls(max_iter=60, max_leaf_nodes=40, random_state=0)
+    else:
+        cls = GradientBoostingRegressor if shape == "regression" else GradientBoostingClassifier
+        est = cls(n_estimators=60, max_depth=6, random_state=0)
+    return est.fit(x, y), x
+
+
+BOOSTED = [
+    f"{shape}-{family}"
+    for shape in ("binary", "multiclass", "regression")
+    for family in ("gb", "hist")
+]
+
+
+@pytest.mark.parametrize("backend", ["jax", "numpy"])
+@pytest.mark.parametrize("strategy", ["auto", *SUMMING])
+@pytest.mark.parametrize("kind", BOOSTED)
+def test_scikit_learn_boosters_in_float64_are_bit_for_bit(
+    kind: str, strategy: str, backend: str
+) -> None:
+    est, x = _boosted(kind)
+    options = compiler.CompileOptions(
+        dtype="float64", tree_strategy=strategy, backend=backend, max_batch=64, warmup=False
+    )
+    model = compiler.compile(est, sample=x, options=options)
+    if hasattr(est, "decision_function"):
+        got, expected = model.decision_function(x), est.decision_function(x)
+        assert np.array_equal(model.predict(x), est.predict(x))
+    else:
+        got, expected = model.predict(x), est.predict(x)
+    np.testing.assert_array_equal(got, expected)
