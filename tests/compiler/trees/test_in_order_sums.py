@@ -165,9 +165,12 @@ def test_scikit_learn_boosters_in_float64_are_bit_for_bit(
         dtype="float64", tree_strategy=strategy, backend=backend, max_batch=64, warmup=False
     )
     model = compiler.compile(est, sample=x, options=options)
-    if hasattr(est, "decision_function"):
-        got, expected = model.decision_function(x), est.decision_function(x)
-        assert np.array_equal(model.predict(x), est.predict(x))
-    else:
-        got, expected = model.predict(x), est.predict(x)
-    np.testing.assert_array_equal(got, expected)
+    # The training rows (every threshold's value, ties, NaN for HistGradientBoosting), as
+    # float64 and as float32 (GradientBoosting compares float32(x); the sums stay float64).
+    for rows in (x, x.astype(np.float32)):
+        if hasattr(est, "decision_function"):
+            got, expected = model.decision_function(rows), est.decision_function(rows)
+            assert np.array_equal(model.predict(rows), est.predict(rows))
+        else:
+            got, expected = model.predict(rows), est.predict(rows)
+        np.testing.assert_array_equal(got, expected)
