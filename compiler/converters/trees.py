@@ -43,7 +43,13 @@ from ..errors import UnsupportedError
 from ..explain import Explanation
 from ..features import Features, Heads
 from ..registry import register, unsupported_param
-from ..trees import Ensemble, Tree, from_hist_predictor, from_sklearn_tree, single_leaf
+from ..trees import (
+    Ensemble,
+    Tree,
+    from_hist_predictor,
+    from_sklearn_tree,
+    single_leaf,
+)
 from ..trees.folding import FLOAT32_SPLITS, FLOAT64_SPLITS, explained_leaf_sum_on
 
 _SINGLE = (DecisionTreeClassifier, DecisionTreeRegressor, ExtraTreeClassifier, ExtraTreeRegressor)
@@ -65,14 +71,69 @@ def _explained(explanation: Explanation | None) -> dict[str, object]:
 # --- decision trees and forests -----------------------------------------------------------------
 
 
+#: How the forests' averages match scikit-learn's (:func:`_averaged`).
+_AVERAGED = (
+    "the trees' leaf values summed, then divided by the number of trees, as scikit-learn "
+    "averages: in any order where every such sum is exact in the graph's dtype (vote counts, "
+    "halves), else one tree after another in float64 in a float64 graph (bit-identical means)"
+)
+_AVERAGED_CLASSES = (
+    f"{_AVERAGED}, and in a float32 graph too, where predict decides on those sums (tied "
+    "votes); a single tree's float32 leaves serve where their rounding keeps each leaf's first "
+    "largest class"
+)
+
+
+def _averaged(
+    trees: tuple[Tree, ...], features: Features, ctx: Context, *, decides: bool
+) -> tuple[lz.LazyTensor, lz.LazyTensor, dict[str, object]]:
+    """A forest's mean of its trees' leaf vectors (B, K) in the graph's dtype, the values a
+    classifier's ``predict`` takes the first largest of, and the heads' ``extra`` explaining
+    the mean (where traced).
+
+    scikit-learn adds the trees' values to zeros in float64 one after another, then divides by
+    their number. Where every such sum is exact in the graph's dtype, any order gives it, and
+    its first largest class is the mean's. Otherwise a float64 graph adds the trees in order,
+    and so does a float32 graph where ``predict`` ``decides`` on the sums (tied votes are
+    common on repeated rows; a float32 sum may break them either way), in float64; a single
+    tree's float32 leaves serve where their rounding keeps each leaf's first largest class."""
+    count = len(trees)
+    exact = Ensemble(trees, features.width, float32_inputs=True).sums_exactly(ctx.dtype)
+    if count == 1 and decides and not exact:
+        exact = _first_largest_kept(trees[0].value[trees[0].is_leaf], ctx.dtype)
+    float64 = not exact and (decides or ctx.dtype == "float64")
+    ensemble = Ensemble(
+        trees,
+        features.width,
+        float32_inputs=True,
+        in_order=float64 and count > 1,
+        sums_in="float64" if float64 else None,
+    )
+    if float64 and ctx.dtype != "float64":
+        ctx.note("leaf values summed in float64, as scikit-learn sums them (predict decides)")
+    total, explanation = explained_leaf_sum_on(ensemble, features, ctx)
+    extra = _explained(explanation and explanation.scaled(1.0 / count))
+    mean = total if count == 1 else total / float(count)
+    # The float64 mean is scikit-learn's own; an exact sum orders the classes as the mean does,
+    # without the division's rounding.
+    decided = mean if float64 or ctx.dtype == "float64" else total
+    return (mean if mean.dtype == ctx.dtype else lz.cast(mean, ctx.dtype)), decided, extra
+
+
+def _first_largest_kept(value: np.ndarray, dtype: str) -> bool:
+    """Whether rounding each leaf's values (L, K) to ``dtype`` keeps its first largest class."""
+    return bool(np.all(np.argmax(value.astype(dtype), axis=1) == np.argmax(value, axis=1)))
+
+
 @register(
     DecisionTreeClassifier,
     ExtraTreeClassifier,
     RandomForestClassifier,
     ExtraTreesClassifier,
     methods=("predict", "predict_proba"),
-    exactness=FLOAT32_SPLITS,
-    limits="single-output; NaN follows the fitted missing-value direction",
+    exactness=f"{FLOAT32_SPLITS}; {_AVERAGED_CLASSES}",
+    limits="single-output; NaN follows the fitted missing-value direction; with n_jobs > 1 "
+    "scikit-learn sums the trees in the order its threads finish them, here in their order",
 )
 def forest_classifier(est: Any, features: Features, ctx: Context) -> Heads:
     if est.n_outputs_ != 1:
@@ -80,17 +141,13 @@ def forest_classifier(est: Any, features: Features, ctx: Context) -> Heads:
             f"{type(est).__name__}: multi-output classification ({est.n_outputs_} outputs) is "
             "not supported; supported: single-output classification"
         )
-    members = _members(est)
     # predict_proba: the mean over trees of each tree's leaf class fractions (``tree_.value``).
-    trees = tuple(
-        from_sklearn_tree(m.tree_, m.tree_.value[:, 0, :] / len(members)) for m in members
-    )
-    ensemble = Ensemble(trees, features.width, float32_inputs=True)
-    proba, explanation = explained_leaf_sum_on(ensemble, features, ctx)
+    trees = tuple(from_sklearn_tree(m.tree_, m.tree_.value[:, 0, :]) for m in _members(est))
+    proba, decided, extra = _averaged(trees, features, ctx, decides=True)
     return Heads(
-        {"predict_proba": proba, "predict": lz.argmax(proba, axis=1)},
+        {"predict_proba": proba, "predict": lz.argmax(decided, axis=1)},
         classes=est.classes_,
-        extra=_explained(explanation),
+        extra=extra,
     )
 
 
@@ -100,17 +157,13 @@ def forest_classifier(est: Any, features: Features, ctx: Context) -> Heads:
     RandomForestRegressor,
     ExtraTreesRegressor,
     methods=("predict",),
-    exactness=FLOAT32_SPLITS,
+    exactness=f"{FLOAT32_SPLITS}; {_AVERAGED}",
     limits="multi-output; NaN follows the fitted missing-value direction",
 )
 def forest_regressor(est: Any, features: Features, ctx: Context) -> Heads:
-    members = _members(est)
-    trees = tuple(
-        from_sklearn_tree(m.tree_, m.tree_.value[:, :, 0] / len(members)) for m in members
-    )
-    ensemble = Ensemble(trees, features.width, float32_inputs=True)
-    out, explanation = explained_leaf_sum_on(ensemble, features, ctx)
-    return Heads({"predict": _squeeze(out)}, extra=_explained(explanation))
+    trees = tuple(from_sklearn_tree(m.tree_, m.tree_.value[:, :, 0]) for m in _members(est))
+    out, _, extra = _averaged(trees, features, ctx, decides=False)
+    return Heads({"predict": _squeeze(out)}, extra=extra)
 
 
 # --- gradient boosting --------------------------------------------------------------------------

@@ -206,7 +206,7 @@ def _booster_output(
         int(x.shape[1]),
         float32_inputs=True,
         in_order=True,
-        float32_sum=True,
+        sums_in="float32",
         players=(*range(features.width), *read),
     )
     # The input columns keep their maps (computed features fold onto raw float64 columns). A

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from ..float32_inputs import float32_floor
 from .folding import leaf_sum_on
-from .model import Ensemble, Tree, from_hist_predictor, from_sklearn_tree, single_leaf
+from .model import (
+    Ensemble,
+    Tree,
+    from_hist_predictor,
+    from_sklearn_tree,
+    leaf_sums_exact,
+    single_leaf,
+)
 from .strategies import STRATEGIES, choose, leaf_sum
 
 __all__ = [
@@ -19,5 +26,6 @@ __all__ = [
     "from_sklearn_tree",
     "leaf_sum",
     "leaf_sum_on",
+    "leaf_sums_exact",
     "single_leaf",
 ]

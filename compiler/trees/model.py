@@ -8,6 +8,7 @@ leaf vectors, so one set of strategies serves every tree model.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -105,15 +106,16 @@ class Ensemble:
     ``in_order``: the source sums the reached leaf values one tree after another from +0
     (LightGBM, in float64; XGBoost, whose base margin is then a first, single-leaf tree), and
     every strategy sums them so, so that each sum is the source's bit for bit; otherwise the
-    order is the strategy's. ``float32_sum``: the source sums in float32 whatever the graph's
-    dtype (XGBoost); otherwise the sum is in the graph's dtype (:attr:`sum_dtype`).
+    order is the strategy's. ``sums_in``: the dtype the sums take whatever the graph's
+    (XGBoost sums in float32; a float32 graph's forest whose ``predict`` decides on
+    scikit-learn's float64 sums, in float64); None: the graph's (:attr:`sum_dtype`).
     """
 
     trees: tuple[Tree, ...]
     n_features: int
     float32_inputs: bool
     in_order: bool = False
-    float32_sum: bool = False
+    sums_in: str | None = None
     #: The source's own feature behind each feature the splits read (None: each is its own).
     #: LightGBM and XGBoost read derived columns (zero-as-missing copies, category membership)
     #: that the source explains as the feature they derive from (:mod:`.shap`).
@@ -137,25 +139,30 @@ class Ensemble:
         return int(self.trees[0].value.shape[1])
 
     @property
-    def summing(self) -> dict[str, bool]:
-        """How the source sums (``in_order``, ``float32_sum``): for an ensemble of other trees
+    def summing(self) -> dict[str, Any]:
+        """How the source sums (``in_order``, ``sums_in``): for an ensemble of other trees
         read from the same source."""
-        return {"in_order": self.in_order, "float32_sum": self.float32_sum}
+        return {"in_order": self.in_order, "sums_in": self.sums_in}
 
     def sum_dtype(self, graph_dtype: str) -> str:
         """The dtype leaf values are summed in, in a graph of ``graph_dtype``."""
-        return "float32" if self.float32_sum else graph_dtype
+        return self.sums_in or graph_dtype
 
     def root_sum(self) -> np.ndarray:
         """(K,): the sum of every tree's root value (the whole answer where no tree splits),
         summed as the source sums."""
         if not self.in_order:
             return np.sum([t.value[0] for t in self.trees], axis=0)
-        dtype = np.float32 if self.float32_sum else np.float64
+        dtype = np.dtype(self.sums_in or np.float64)
         total = np.zeros(self.n_outputs, dtype)
         for tree in self.trees:
             total = total + tree.value[0].astype(dtype)
         return total.astype(np.float64)
+
+    def sums_exactly(self, dtype: str) -> bool:
+        """Whether every sum of one reached leaf value per tree is exact in ``dtype``, in any
+        order (:func:`leaf_sums_exact`)."""
+        return leaf_sums_exact([t.value[t.is_leaf] for t in self.trees], dtype)
 
     @cached_property
     def max_depth(self) -> int:
@@ -181,6 +188,27 @@ class Ensemble:
             (t.category_left.shape[1] for t in self.trees if t.category_left is not None),
             default=0,
         )
+
+
+def leaf_sums_exact(leaves: Sequence[np.ndarray], dtype: str) -> bool:
+    """Whether every sum of one leaf value per tree (``leaves[t]``: tree t's leaf values) is
+    exact in ``dtype`` in any order, and so the same as the source's: every value a multiple
+    of one power of two ``2**e``, and the trees' largest magnitudes summed at most
+    ``2**(e + p)`` (p: the dtype's significand bits). Vote counts (pure leaves) and halves
+    qualify; thirds do not."""
+    magnitudes = [np.abs(np.asarray(v, np.float64)).ravel() for v in leaves]
+    values = np.concatenate(magnitudes or [np.zeros(0)])
+    if not np.all(np.isfinite(values)):
+        return False
+    values = values[values != 0]
+    if not values.size:
+        return True
+    significand, exponent = np.frexp(values)
+    digits = (significand * 2.0**53).astype(np.int64)  # exact: 53 significant bits
+    lowest_bit = np.frexp((digits & -digits).astype(np.float64))[1] - 1
+    unit = int(np.min(exponent - 53 + lowest_bit))  # every value is a multiple of 2**unit
+    bound = sum(float(np.max(m, initial=0.0)) for m in magnitudes)
+    return bound <= 2.0 ** (unit + np.finfo(dtype).nmant + 1)
 
 
 def single_leaf(value: np.ndarray) -> Tree:

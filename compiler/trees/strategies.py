@@ -79,7 +79,8 @@ def choose(ensemble: Ensemble, requested: str) -> str:
 
 
 def leaf_sum(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
-    """(B, K): the sum over trees of the leaf vector each row reaches, by the options' strategy.
+    """(B, K): the sum over trees of the leaf vector each row reaches, by the options' strategy,
+    in the graph's dtype or the ensemble's wider :meth:`~.model.Ensemble.sum_dtype`.
 
     Under ``auto`` the value has a second formulation for the host (:mod:`.host`), which the
     executor runs where it times faster than the device (the smallest buckets), unless nothing
@@ -102,4 +103,6 @@ def leaf_sum(ensemble: Ensemble, x: lz.LazyTensor, ctx: Context) -> lz.LazyTenso
     device = IMPLEMENTED[name](ensemble, x, ctx)
     if host:
         device = lz.variant(device, host_leaf_sum(ensemble, x, ctx))
-    return device if device.dtype == ctx.dtype else lz.cast(device, ctx.dtype)
+    # A float32 sum (XGBoost's) widens to a float64 graph's dtype; a float64 sum in a float32
+    # graph (a forest whose predict decides on it) is its caller's to narrow.
+    return device if device.dtype in (ctx.dtype, "float64") else lz.cast(device, ctx.dtype)
