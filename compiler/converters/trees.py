@@ -373,41 +373,92 @@ def hist_gradient_boosting_classifier(est: Any, features: Features, ctx: Context
 # --- isolation forest ---------------------------------------------------------------------------
 
 
+#: How IsolationForest's scores and predict match scikit-learn's (:func:`isolation_forest`).
+_ISOLATION = (
+    "path lengths summed one tree after another in float64, as scikit-learn sums them (in any "
+    "order where every such sum is exact); predict compares that sum with the largest sum "
+    "scikit-learn calls an outlier, found once at compile time with its own arithmetic"
+)
+
+
 @register(
     IsolationForest,
     methods=("predict", "decision_function", "score_samples"),
-    exactness=FLOAT32_SPLITS,
+    exactness=f"{FLOAT32_SPLITS}; {_ISOLATION}",
     limits="NaN follows the fitted missing-value direction",
 )
 def isolation_forest(est: Any, features: Features, ctx: Context) -> Heads:
+    """scikit-learn adds each tree's path length (the leaf's depth plus the expected depth of
+    its unsplit samples, − 1) to a float64 sum d in turn, scores ``-2 ** -(d / c)`` and calls
+    a row an outlier where the score is below ``offset_``: rows repeating a training row sit
+    exactly on that edge when ``offset_`` is a percentile of the training scores. So the sum
+    is scikit-learn's own, in float64, and ``predict`` compares it with the largest sum whose
+    score is an outlier's (:func:`_outlier_depths`), not the score (``**`` on XLA is not
+    numpy's to the last bit)."""
     subsampled = est._max_features != features.width
     trees = []
     for i, (member, columns) in enumerate(
         zip(est.estimators_, est.estimators_features_, strict=True)
     ):
-        # A leaf's contribution: its depth plus the expected depth of its unsplit samples − 1.
         leaf = est._decision_path_lengths[i] + est._average_path_length_per_tree[i] - 1.0
         trees.append(
             from_sklearn_tree(member.tree_, leaf[:, None], columns if subsampled else None)
         )
-    ensemble = Ensemble(tuple(trees), features.width, float32_inputs=True)
+    exact = Ensemble(tuple(trees), features.width, float32_inputs=True).sums_exactly("float64")
+    ensemble = Ensemble(
+        tuple(trees), features.width, float32_inputs=True, in_order=not exact, sums_in="float64"
+    )
     total, explanation = explained_leaf_sum_on(ensemble, features, ctx)
     depths = _squeeze(total)
     # Explained: the mean path length E[h(x)] (score_samples is -2 ** (-E[h(x)] / c)).
     extra = _explained(explanation and explanation.scaled(1.0 / len(est.estimators_)))
-    denominator = len(est.estimators_) * float(_average_path_length([est._max_samples])[0])
-    if denominator == 0:  # scikit-learn scores 1 when every tree has one sample
-        scores = depths * 0.0 + 1.0  # (depths are finite)
-    else:
-        scores = lz.exp(depths * (-math.log(2.0) / denominator))  # 2 ** (−depths / denominator)
-    score_samples = -scores
+    denominator = _isolation_denominator(est)
+    # scikit-learn divides where the denominator is not 0 and takes 1 there (one-sample trees).
+    exponent = -(depths / denominator) if denominator != 0 else depths * 0.0 - 1.0
+    score_samples = -(2.0**exponent)
     decision = score_samples - float(est.offset_)
+    inlier = depths > _outlier_depths(est, denominator)
     return Heads(
         {
-            "score_samples": score_samples,
-            "decision_function": decision,
-            "predict": lz.cast(decision >= 0.0, "int32"),  # inlier unless decision < 0
+            "score_samples": _narrowed(score_samples, ctx),
+            "decision_function": _narrowed(decision, ctx),
+            "predict": lz.cast(inlier, "int32"),  # class codes of [-1, 1]
         },
         classes=np.array([-1, 1]),
         extra=extra,
     )
+
+
+def _narrowed(value: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
+    return value if value.dtype == ctx.dtype else lz.cast(value, ctx.dtype)
+
+
+def _isolation_denominator(est: Any) -> float:
+    """scikit-learn's ``len(estimators_) * _average_path_length([max_samples])``."""
+    return float((len(est.estimators_) * _average_path_length([est._max_samples]))[0])
+
+
+def _isolation_outlier(est: Any, depths: np.ndarray, denominator: float) -> np.ndarray:
+    """scikit-learn's ``predict(X) == -1`` for rows whose path lengths sum to ``depths``."""
+    out = np.ones_like(depths)
+    exponent = -np.divide(depths, denominator, out=out, where=denominator != 0)
+    return (-(2**exponent) - est.offset_) < 0
+
+
+def _outlier_depths(est: Any, denominator: float) -> float:
+    """The largest float64 path-length sum scikit-learn calls an outlier (its score falls as
+    the sum grows): -inf where none is, +inf where every one is. Bisection over the float64
+    values' ordered bits with scikit-learn's own arithmetic."""
+
+    def outlier(bits: int) -> bool:
+        return bool(_isolation_outlier(est, np.array([bits]).view(np.float64), denominator)[0])
+
+    low, high = 0, int(np.array([np.finfo(np.float64).max]).view(np.int64)[0])
+    if not outlier(low):
+        return -math.inf
+    if outlier(high):
+        return math.inf
+    while high - low > 1:  # outlier(low), not outlier(high)
+        middle = (low + high) // 2
+        low, high = (middle, high) if outlier(middle) else (low, middle)
+    return float(np.array([low]).view(np.float64)[0])

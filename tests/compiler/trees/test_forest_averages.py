@@ -20,12 +20,14 @@ from sklearn.datasets import load_diabetes
 from sklearn.ensemble import (
     ExtraTreesClassifier,
     ExtraTreesRegressor,
+    IsolationForest,
     RandomForestClassifier,
     RandomForestRegressor,
 )
 from sklearn.tree import DecisionTreeClassifier
 
 import compiler
+from compiler.converters.trees import _isolation_denominator, _isolation_outlier, _outlier_depths
 from compiler.trees import STRATEGIES, leaf_sums_exact
 
 #: Strategies that evaluate trees of any depth (bitvector takes 32 leaves at most).
@@ -155,3 +157,51 @@ def test_forest_regressors_in_float64_are_bit_for_bit(
 )
 def test_leaf_sums_exact(leaves: list[np.ndarray], dtype: str, exact: bool) -> None:
     assert leaf_sums_exact(leaves, dtype) is exact
+
+
+@cache
+def _isolation(contamination: float | str, seed: int) -> tuple[IsolationForest, np.ndarray]:
+    x, _ = _repeated_rows(seed, 2000, 2)
+    est = IsolationForest(n_estimators=50, contamination=contamination, random_state=seed)
+    return est.fit(x), x
+
+
+@pytest.mark.parametrize("backend", ["jax", "numpy"])
+@pytest.mark.parametrize("strategy", DEEP)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(("contamination", "seed"), [(0.1, 2), (0.05, 0), ("auto", 1)])
+def test_isolation_forest_predicts_scikit_learns_answer_on_its_edge(
+    contamination: float | str, seed: int, dtype: str, strategy: str, backend: str
+) -> None:
+    est, x = _isolation(contamination, seed)
+    if contamination != "auto":  # the training rows repeating the percentile's row
+        assert np.sum(est.decision_function(x) == 0) > 5
+    options = compiler.CompileOptions(
+        dtype=dtype, tree_strategy=strategy, backend=backend, max_batch=256, warmup=False
+    )
+    model = compiler.compile(est, sample=x[:50], options=options)
+    for rows in (x, _grid(), x.astype(np.float32)):
+        np.testing.assert_array_equal(model.predict(rows), est.predict(rows))
+        tolerance = 1e-15 if dtype == "float64" else 1e-7
+        np.testing.assert_allclose(
+            model.decision_function(rows), est.decision_function(rows), rtol=0, atol=tolerance
+        )
+
+
+def test_isolation_forest_of_one_sample_trees_scores_as_scikit_learn() -> None:
+    """Every tree grown on one sample: scikit-learn's exponent is -1 (score -0.5), all inliers."""
+    x = np.random.default_rng(0).normal(size=(50, 2))
+    est = IsolationForest(max_samples=1, n_estimators=3, random_state=0).fit(x)
+    model = compiler.compile(est, sample=x[:5])
+    np.testing.assert_array_equal(model.score_samples(x), est.score_samples(x))
+    np.testing.assert_array_equal(model.predict(x), est.predict(x))
+
+
+@pytest.mark.parametrize("contamination", [0.1, 0.05, "auto"])
+def test_the_outlier_edge_is_scikit_learns(contamination: float | str) -> None:
+    est, _ = _isolation(contamination, 0)
+    denominator = _isolation_denominator(est)
+    edge = _outlier_depths(est, denominator)
+    above = np.nextafter(edge, np.inf)
+    assert _isolation_outlier(est, np.array([edge]), denominator)[0]
+    assert not _isolation_outlier(est, np.array([above]), denominator)[0]
