@@ -2,9 +2,10 @@
 
 A converter (or its registration, :class:`Precision`) asks for float64 with
 :meth:`compiler.context.Context.promote`. The compiler then traces the model again with a
-*float64 segment*: the steps that asked, every step whose output feeds one of them where the
-request says its inputs must be float64 too (a GaussianMixture amplifies the rounding of the
-PowerTransformer before it), and the containers that route their values. Every other step stays
+*float64 segment*: the steps that asked and the steps inside them (an ensemble's children), every
+step whose output feeds one of them where the request says its inputs must be float64 too (a
+GaussianMixture amplifies the rounding of the PowerTransformer before it), and the containers
+that route their values. Every other step stays
 in the options' dtype, with casts where values cross the segment's border. The compile report
 names each promoted step and why (:attr:`compiler.report.StepReport.precision`).
 """
@@ -70,6 +71,10 @@ def segment(
         if request.reason not in reasons:
             reasons.append(request.reason)
     why = {path: "; ".join(reasons) for path, reasons in own.items()}
+    for request in requests:  # a step's own children compute its heads: in float64 too
+        for path in outputs:
+            if path.startswith(f"{request.path}/"):
+                why.setdefault(path, f"inside {request.path}")
     for request in requests:
         if not request.inputs:
             continue

@@ -8,6 +8,7 @@ are codes into the ensemble's ``classes_``.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ import lazy as lz
 from ..context import Context
 from ..errors import UnsupportedError
 from ..features import Features, Heads
+from ..precision import Precision
 from ..registry import register, unsupported_param
 from ._children import class_codes, class_values, columns, head, one_hot
 
@@ -79,12 +81,24 @@ def _require_codes(child: Any, n: int, ctx: Context) -> None:
 # --- voting ---------------------------------------------------------------------------------
 
 
+#: Averaged children's probabilities decide predict: scikit-learn averages them in float64.
+_AVERAGED_PROBABILITIES = Precision(
+    "predict is the first largest of the children's probabilities averaged, which scikit-learn "
+    "sums in float64 one child after another: ties (trees voting on repeated rows) are decided "
+    "on those sums",
+    inputs=False,
+)
+
+
 @register(
     VotingClassifier,
     methods=("predict", "predict_proba", "transform"),
     limits="hard and soft voting, non-negative weights, `'drop'`; transform needs "
     "flatten_transform=True with soft voting; hard-voting ties break like scikit-learn "
     "(first class), on float32 weighted counts",
+    precision=dataclasses.replace(
+        _AVERAGED_PROBABILITIES, when="soft voting", applies=lambda est: est.voting == "soft"
+    ),
 )
 def voting_classifier(est: Any, features: Features, ctx: Context) -> Heads:
     children = [(child, ctx.convert(child, features, name)) for name, child in _fitted(est)]
@@ -211,6 +225,11 @@ def _bagged_proba(child: Any, heads: Heads, n: int, ctx: Context) -> lz.LazyTens
     BaggingClassifier,
     methods=("predict", "predict_proba", "decision_function"),
     limits="feature subsets (estimators_features_); children without predict_proba vote",
+    precision=dataclasses.replace(
+        _AVERAGED_PROBABILITIES,
+        when="children with predict_proba",
+        applies=lambda est: hasattr(est.estimators_[0], "predict_proba"),
+    ),
 )
 def bagging_classifier(est: Any, features: Features, ctx: Context) -> Heads:
     n = int(est.n_classes_)

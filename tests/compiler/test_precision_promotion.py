@@ -219,14 +219,14 @@ def test_float32_tables_round_in_the_source() -> None:
 
 # -- the segment ---------------------------------------------------------------------------------
 @cache
-def _voting() -> tuple[Any, np.ndarray]:
+def _voting(voting: str = "hard") -> tuple[Any, np.ndarray]:
     x, y = _digits()
     est = VotingClassifier(
         [
             ("nb", MultinomialNB()),
             ("lr", make_pipeline(StandardScaler(), LogisticRegression(max_iter=300))),
         ],
-        voting="soft",
+        voting=voting,
     )
     return est.fit(x, y), x
 
@@ -242,8 +242,21 @@ def test_steps_outside_the_segment_stay_float32(backend: str) -> None:
     names = {name: value.dtype for name, value in graph.params.items()}
     assert names["model/nb.feature_log_prob_T"] == np.float64
     assert all(dtype == np.float32 for name, dtype in names.items() if "/lr/" in name)
-    for method in ("predict", "predict_proba"):
-        assert_same(method, getattr(model, method)(x), getattr(est, method)(x))
+    assert_same("predict", model.predict(x), est.predict(x))
+
+
+def test_a_promoted_ensemble_computes_its_children_in_float64() -> None:
+    """Soft voting decides on the children's averaged probabilities: the voting step asks for
+    float64, and its children, inside it, compute in float64 with it."""
+    est, x = _voting("soft")
+    model = compiler.compile(est, sample=x, options=compiler.CompileOptions(warmup=False))
+    promoted = model.report.promoted
+    assert promoted["model"].startswith("predict is the first largest")
+    assert promoted["model/lr"] == "inside model"
+    assert promoted["model/lr/logisticregression"] == "inside model"
+    assert promoted["model/nb"].startswith(_NB)
+    np.testing.assert_array_equal(model.predict(x), est.predict(x))
+    np.testing.assert_allclose(model.predict_proba(x), est.predict_proba(x), rtol=0, atol=1e-12)
 
 
 def test_a_column_transformer_feeding_a_promoted_step_is_promoted_with_it() -> None:

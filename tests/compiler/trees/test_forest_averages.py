@@ -18,11 +18,13 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_diabetes
 from sklearn.ensemble import (
+    BaggingClassifier,
     ExtraTreesClassifier,
     ExtraTreesRegressor,
     IsolationForest,
     RandomForestClassifier,
     RandomForestRegressor,
+    VotingClassifier,
 )
 from sklearn.tree import DecisionTreeClassifier
 
@@ -57,7 +59,19 @@ CLASSIFIERS = {
     ),
     "extra-trees-3-classes": lambda: ExtraTreesClassifier(n_estimators=9, random_state=2),
     "tree-weighted": lambda: DecisionTreeClassifier(min_samples_leaf=3, random_state=0),
+    # Ensembles averaging their children's probabilities: promoted to float64, children too.
+    "bagging-thirds": lambda: BaggingClassifier(
+        DecisionTreeClassifier(min_samples_leaf=3), n_estimators=12, random_state=0
+    ),
+    "voting-soft": lambda: VotingClassifier(
+        [
+            ("a", RandomForestClassifier(n_estimators=5, random_state=0)),
+            ("b", ExtraTreesClassifier(n_estimators=7, min_samples_leaf=2, random_state=1)),
+        ],
+        voting="soft",
+    ),
 }
+FORESTS = sorted(k for k in CLASSIFIERS if not k.startswith(("bagging", "voting")))
 
 
 @cache
@@ -102,7 +116,7 @@ def _sums_in_float64(model: compiler.CompiledModel) -> bool:
     return "summed in float64" in model.report.steps[-1].detail
 
 
-@pytest.mark.parametrize("kind", sorted(CLASSIFIERS))
+@pytest.mark.parametrize("kind", FORESTS)
 def test_a_float32_graph_sums_in_float64_where_float32_sums_are_not_exact(kind: str) -> None:
     """Only the sums: nothing is promoted. A single tree's leaves are not summed: float32 needs
     only to keep each leaf's first largest class, which these weighted fractions do."""
@@ -157,6 +171,19 @@ def test_forest_regressors_in_float64_are_bit_for_bit(
 )
 def test_leaf_sums_exact(leaves: list[np.ndarray], dtype: str, exact: bool) -> None:
     assert leaf_sums_exact(leaves, dtype) is exact
+
+
+@pytest.mark.parametrize("kind", ["bagging-thirds", "voting-soft"])
+def test_ensembles_of_probabilities_compute_in_float64_with_their_children(kind: str) -> None:
+    est, x = _classifier(kind)
+    model = compiler.compile(est, sample=x[:50])
+    promoted = model.report.promoted
+    assert promoted["model"].startswith("predict is the first largest")
+    inside = [path for path, why in promoted.items() if why == "inside model"]
+    assert len(inside) >= 2
+    rows = _grid()
+    np.testing.assert_array_equal(model.predict(rows), est.predict(rows))
+    np.testing.assert_array_equal(model.predict_proba(rows), est.predict_proba(rows))
 
 
 @cache
