@@ -43,13 +43,7 @@ from ..errors import UnsupportedError
 from ..explain import Explanation
 from ..features import Features, Heads
 from ..registry import register, unsupported_param
-from ..trees import (
-    Ensemble,
-    Tree,
-    from_hist_predictor,
-    from_sklearn_tree,
-    single_leaf,
-)
+from ..trees import Ensemble, Tree, from_hist_predictor, from_sklearn_tree, single_leaf
 from ..trees.folding import FLOAT32_SPLITS, FLOAT64_SPLITS, explained_leaf_sum_on
 
 _SINGLE = (DecisionTreeClassifier, DecisionTreeRegressor, ExtraTreeClassifier, ExtraTreeRegressor)
@@ -446,9 +440,10 @@ def _isolation_outlier(est: Any, depths: np.ndarray, denominator: float) -> np.n
 
 
 def _outlier_depths(est: Any, denominator: float) -> float:
-    """The largest float64 path-length sum scikit-learn calls an outlier (its score falls as
-    the sum grows): -inf where none is, +inf where every one is. Bisection over the float64
-    values' ordered bits with scikit-learn's own arithmetic."""
+    """The largest float64 path-length sum scikit-learn calls an outlier (the score rises with
+    the sum: the shortest paths are the outliers): -inf where none is, +inf where every one is.
+    Bisection over the non-negative float64 values' bits (ordered as the values) with
+    scikit-learn's own arithmetic."""
 
     def outlier(bits: int) -> bool:
         return bool(_isolation_outlier(est, np.array([bits]).view(np.float64), denominator)[0])
