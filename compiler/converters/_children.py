@@ -61,10 +61,10 @@ def class_values(heads: Heads, child: Any, ctx: Context) -> lz.LazyTensor:
     return lz.take(ctx.param(classes.astype(np.float64), "classes_"), index, axis=0)
 
 
-def one_hot(codes: lz.LazyTensor, n: int, ctx: Context) -> lz.LazyTensor:
-    """int32 codes (B,) → (B, n) float indicator rows."""
+def one_hot(codes: lz.LazyTensor, n: int, ctx: Context, dtype: str | None = None) -> lz.LazyTensor:
+    """int32 codes (B,) → (B, n) float indicator rows (``dtype``, default the graph's)."""
     hit = lz.reshape(codes, (lz.B, 1)) == ctx.const(np.arange(n), "int32")
-    return lz.cast(hit, ctx.dtype)
+    return lz.cast(hit, dtype or ctx.dtype)
 
 
 def binary_response(heads: Heads, method: str, child: Any, ctx: Context) -> lz.LazyTensor:

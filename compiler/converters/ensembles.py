@@ -28,6 +28,7 @@ from ..errors import UnsupportedError
 from ..features import Features, Heads
 from ..precision import Precision
 from ..registry import register, unsupported_param
+from ..trees import leaf_sums_exact
 from ._children import class_codes, class_values, columns, head, one_hot
 
 
@@ -95,7 +96,8 @@ _AVERAGED_PROBABILITIES = Precision(
     methods=("predict", "predict_proba", "transform"),
     limits="hard and soft voting, non-negative weights, `'drop'`; transform needs "
     "flatten_transform=True with soft voting; hard-voting ties break like scikit-learn "
-    "(first class), on float32 weighted counts",
+    "(first class), on weighted counts summed as np.bincount sums them (float64 where the "
+    "weights' sums are not exact in float32)",
     precision=dataclasses.replace(
         _AVERAGED_PROBABILITIES, when="soft voting", applies=lambda est: est.voting == "soft"
     ),
@@ -118,8 +120,10 @@ def voting_classifier(est: Any, features: Features, ctx: Context) -> Heads:
         # bincount's columns past the largest code are zeros, which could beat negative counts
         raise unsupported_param(est, "weights", est.weights, "non-negative weights (hard voting)")
     codes = [class_codes(heads, child, ctx) for child, heads in children]
-    # np.bincount(codes, weights) then the first argmax
-    votes = [one_hot(c, n, ctx) for c in codes]
+    # np.bincount(codes, weights) then the first argmax. bincount adds the weights in float64
+    # one vote after another: the graph's dtype serves where every such sum is exact in it.
+    exact = weights is None or leaf_sums_exact([np.array([w]) for w in weights], ctx.dtype)
+    votes = [one_hot(c, n, ctx, None if exact else "float64") for c in codes]
     counts = _total(
         votes if weights is None else [v * w for v, w in zip(votes, weights, strict=True)]
     )

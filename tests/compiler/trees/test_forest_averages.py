@@ -6,7 +6,11 @@ class. On repeated rows with conflicting labels (any integer or binary column) m
 tie but for that order's rounding: a sum in another order or precision then picks another class.
 Where every sum is exact (vote counts, halves) any order gives scikit-learn's; otherwise the graph
 adds the trees in order in float64, a float32 graph's classifier too (its compile report says so),
-and the float64 means are scikit-learn's bit for bit.
+and the float64 means are scikit-learn's bit for bit. Bagging and soft voting average their
+children's probabilities in float64 with them. IsolationForest sums path lengths likewise, and
+its predict compares that sum with the edge scikit-learn's arithmetic puts between outliers and
+inliers, where rows repeating a training row sit when ``offset_`` is a percentile. Hard voting
+counts weighted votes as ``np.bincount`` does, in float64 where float32 would round.
 """
 
 from __future__ import annotations
@@ -184,6 +188,25 @@ def test_ensembles_of_probabilities_compute_in_float64_with_their_children(kind:
     rows = _grid()
     np.testing.assert_array_equal(model.predict(rows), est.predict(rows))
     np.testing.assert_array_equal(model.predict_proba(rows), est.predict_proba(rows))
+
+
+@pytest.mark.parametrize("backend", ["jax", "numpy"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("weights", [[0.1, 0.2, 0.3], [1.0, 2.0, 0.5], None])
+def test_hard_voting_counts_weights_as_bincount_does(
+    weights: list[float] | None, dtype: str, backend: str
+) -> None:
+    """np.bincount adds the weights in float64: 0.1 + 0.2 > 0.3 there, not in float32."""
+    x, y = _repeated_rows(7, 1500, 3)
+    children = [
+        (f"tree{i}", DecisionTreeClassifier(max_depth=3, max_features=1, random_state=i))
+        for i in range(3)
+    ]
+    est = VotingClassifier(children, voting="hard", weights=weights).fit(x, y)
+    options = compiler.CompileOptions(dtype=dtype, backend=backend, warmup=False)
+    model = compiler.compile(est, sample=x[:50], options=options)
+    for rows in (x, _grid()):
+        np.testing.assert_array_equal(model.predict(rows), est.predict(rows))
 
 
 @cache
