@@ -5,9 +5,9 @@ A converter (or its registration, :class:`Precision`) asks for float64 with
 *float64 segment*: the steps that asked and the steps inside them (an ensemble's children), every
 step whose output feeds one of them where the request says its inputs must be float64 too (a
 GaussianMixture amplifies the rounding of the PowerTransformer before it), and the containers
-that route their values. Every other step stays
-in the options' dtype, with casts where values cross the segment's border. The compile report
-names each promoted step and why (:attr:`compiler.report.StepReport.precision`).
+that route their values. Every other step stays in the options' dtype, with casts where values
+cross the segment's border. The compile report names each promoted step and why
+(:attr:`compiler.report.StepReport.precision`).
 """
 
 from __future__ import annotations

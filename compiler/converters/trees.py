@@ -92,17 +92,13 @@ def _averaged(
     common on repeated rows; a float32 sum may break them either way), in float64; a single
     tree's float32 leaves serve where their rounding keeps each leaf's first largest class."""
     count = len(trees)
-    exact = Ensemble(trees, features.width, float32_inputs=True).sums_exactly(ctx.dtype)
+    ensemble = Ensemble(trees, features.width, float32_inputs=True)
+    exact = ensemble.sums_exactly(ctx.dtype)
     if count == 1 and decides and not exact:
         exact = _first_largest_kept(trees[0].value[trees[0].is_leaf], ctx.dtype)
     float64 = not exact and (decides or ctx.dtype == "float64")
-    ensemble = Ensemble(
-        trees,
-        features.width,
-        float32_inputs=True,
-        in_order=float64 and count > 1,
-        sums_in="float64" if float64 else None,
-    )
+    if float64:
+        ensemble = dataclasses.replace(ensemble, in_order=count > 1, sums_in="float64")
     if float64 and ctx.dtype != "float64":
         ctx.note("leaf values summed in float64, as scikit-learn sums them (predict decides)")
     total, explanation = explained_leaf_sum_on(ensemble, features, ctx)
@@ -111,7 +107,12 @@ def _averaged(
     # The float64 mean is scikit-learn's own; an exact sum orders the classes as the mean does,
     # without the division's rounding.
     decided = mean if float64 or ctx.dtype == "float64" else total
-    return (mean if mean.dtype == ctx.dtype else lz.cast(mean, ctx.dtype)), decided, extra
+    return _narrowed(mean, ctx), decided, extra
+
+
+def _narrowed(value: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
+    """``value`` in the graph's dtype (a float64 sum or score in a float32 graph)."""
+    return value if value.dtype == ctx.dtype else lz.cast(value, ctx.dtype)
 
 
 def _first_largest_kept(value: np.ndarray, dtype: str) -> bool:
@@ -398,10 +399,8 @@ def isolation_forest(est: Any, features: Features, ctx: Context) -> Heads:
         trees.append(
             from_sklearn_tree(member.tree_, leaf[:, None], columns if subsampled else None)
         )
-    exact = Ensemble(tuple(trees), features.width, float32_inputs=True).sums_exactly("float64")
-    ensemble = Ensemble(
-        tuple(trees), features.width, float32_inputs=True, in_order=not exact, sums_in="float64"
-    )
+    ensemble = Ensemble(tuple(trees), features.width, float32_inputs=True, sums_in="float64")
+    ensemble = dataclasses.replace(ensemble, in_order=not ensemble.sums_exactly("float64"))
     total, explanation = explained_leaf_sum_on(ensemble, features, ctx)
     depths = _squeeze(total)
     # Explained: the mean path length E[h(x)] (score_samples is -2 ** (-E[h(x)] / c)).
@@ -421,10 +420,6 @@ def isolation_forest(est: Any, features: Features, ctx: Context) -> Heads:
         classes=np.array([-1, 1]),
         extra=extra,
     )
-
-
-def _narrowed(value: lz.LazyTensor, ctx: Context) -> lz.LazyTensor:
-    return value if value.dtype == ctx.dtype else lz.cast(value, ctx.dtype)
 
 
 def _isolation_denominator(est: Any) -> float:

@@ -50,9 +50,13 @@ def _repeated_rows(seed: int, rows: int, classes: int) -> tuple[np.ndarray, np.n
 
 
 def _grid() -> np.ndarray:
-    """Every distinct row of the repeated-rows domain, and values between them."""
+    """Every distinct row of the repeated-rows domain, values between them (the splits'
+    thresholds among them), and rows with NaN in one column (the fitted missing side)."""
     axes = [np.arange(-0.5, 6.0, 0.5)] * 3 + [np.array([0.0, 1.0])]
-    return np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, 4)
+    rows = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, 4)
+    missing = np.repeat(rows[::97], 4, axis=0)
+    missing[np.arange(len(missing)), np.arange(len(missing)) % 4] = np.nan
+    return np.concatenate([rows, missing])
 
 
 CLASSIFIERS = {
